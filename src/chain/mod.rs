@@ -1,0 +1,560 @@
+//! [`Chain`]: the builder users write, turned into a DataFusion `LogicalPlan`
+//! when it runs.
+//!
+//! Building is cheap and never fails: a chain is a source plus a list of steps,
+//! and every error (bad URI, unknown column, a UDF whose declared input does not
+//! match its column) is returned by the first call that plans it (`collect`,
+//! `explain`, ...). UDFs capture the chain's settings at the point they are added.
+
+mod expr;
+mod settings;
+
+pub use expr::col;
+pub use settings::{OnError, Prefetch, Settings};
+
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::util::pretty::pretty_format_batches;
+use datafusion::catalog::TableProvider;
+use datafusion::common::JoinType;
+use datafusion::dataframe::DataFrameWriteOptions;
+use datafusion::datasource::{MemTable, provider_as_source};
+use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder, SortExpr};
+use datafusion::physical_plan::displayable;
+use datafusion::prelude::{CsvReadOptions, DataFrame, JsonReadOptions, ParquetReadOptions};
+use futures::stream::{BoxStream, StreamExt, TryStreamExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use udfchain_udfs::{
+    Aggregator, BatchMapper, BoxError, Generator, Mapper, UdfError, agg_fn, batch_map_fn, gen_fn,
+    map_fn,
+};
+
+use crate::error::{Error, Result};
+use crate::plan::{UdfKind, UdfNode};
+use crate::session::Session;
+use crate::storage::{Location, StorageTable};
+
+/// Where a chain's rows come from.
+#[derive(Clone)]
+enum Source {
+    Storage {
+        uri: String,
+        recursive: bool,
+        glob: Option<String>,
+    },
+    Table(Arc<dyn TableProvider>),
+    Parquet(String),
+    Csv(String),
+    Json(String),
+    Plan(LogicalPlan),
+}
+
+#[derive(Clone)]
+enum Step {
+    Filter(Expr),
+    Select(Vec<Expr>),
+    Mutate(String, Expr),
+    OrderBy(Vec<SortExpr>),
+    Limit { skip: usize, fetch: Option<usize> },
+    Distinct,
+    Union(Box<Chain>),
+    Join {
+        right: Box<Chain>,
+        how: JoinType,
+        left_on: Vec<String>,
+        right_on: Vec<String>,
+    },
+    GroupBy { keys: Vec<Expr>, aggs: Vec<Expr> },
+    Udf { kind: UdfKind, settings: Settings },
+    Fail(Error),
+}
+
+/// A lazy chain of relational steps and UDFs over a source.
+#[derive(Clone)]
+#[must_use = "a chain does nothing until collected, streamed or saved"]
+pub struct Chain {
+    session: Arc<Session>,
+    settings: Settings,
+    source: Source,
+    steps: Vec<Step>,
+}
+
+impl fmt::Debug for Chain {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Chain")
+            .field("settings", &self.settings)
+            .field("steps", &self.steps.len())
+            .finish()
+    }
+}
+
+impl Chain {
+    fn new(session: Arc<Session>, source: Source) -> Self {
+        Self {
+            settings: session.settings().clone(),
+            session,
+            source,
+            steps: Vec::new(),
+        }
+    }
+
+    /// The objects under `uri` (recursive), one row each with a `file` column.
+    /// Runs in the process-wide [`Session::global`].
+    pub fn from_storage(uri: &str) -> Self {
+        Self::from_storage_in(Session::global(), uri)
+    }
+
+    pub(crate) fn from_storage_in(session: Arc<Session>, uri: &str) -> Self {
+        Self::new(
+            session,
+            Source::Storage {
+                uri: uri.to_string(),
+                recursive: true,
+                glob: None,
+            },
+        )
+    }
+
+    /// Lists only the objects directly under the URI (no sub-directories).
+    pub fn non_recursive(mut self) -> Self {
+        if let Source::Storage { recursive, .. } = &mut self.source {
+            *recursive = false;
+        }
+        self
+    }
+
+    /// Keeps only objects whose path (relative to the URI) matches `glob`, e.g. `**/*.jpg`.
+    pub fn glob(mut self, pattern: &str) -> Self {
+        if let Source::Storage { glob, .. } = &mut self.source {
+            *glob = Some(pattern.to_string());
+        }
+        self
+    }
+
+    /// Rows from Rust values, one column per struct field (or one column named
+    /// `value` for non-struct values).
+    pub fn from_values<T: Serialize + DeserializeOwned>(values: &[T]) -> Self {
+        Self::from_values_in(Session::global(), values)
+    }
+
+    pub fn from_values_in<T: Serialize + DeserializeOwned>(session: Arc<Session>, values: &[T]) -> Self {
+        match values_table(values) {
+            Ok(t) => Self::new(session, Source::Table(t)),
+            Err(e) => Self::new(session, Source::Plan(empty_plan())).fail(e),
+        }
+    }
+
+    /// Rows of Parquet file(s) at `uri` (a file, a directory, local or in a store).
+    pub fn from_parquet(uri: &str) -> Self {
+        Self::new(Session::global(), Source::Parquet(uri.to_string()))
+    }
+
+    /// Rows of CSV file(s) with a header row.
+    pub fn from_csv(uri: &str) -> Self {
+        Self::new(Session::global(), Source::Csv(uri.to_string()))
+    }
+
+    /// Rows of newline-delimited JSON file(s).
+    pub fn from_json(uri: &str) -> Self {
+        Self::new(Session::global(), Source::Json(uri.to_string()))
+    }
+
+    /// A chain over any DataFusion logical plan (for example a SQL query's).
+    pub fn from_plan(session: Arc<Session>, plan: LogicalPlan) -> Self {
+        Self::new(session, Source::Plan(plan))
+    }
+
+    /// Runs this chain in `session` instead (its stores and settings).
+    pub fn in_session(mut self, session: Arc<Session>) -> Self {
+        self.settings = session.settings().clone().merge(&self.settings);
+        self.session = session;
+        self
+    }
+
+    /// Settings for the UDFs added after this call.
+    pub fn settings(mut self, settings: Settings) -> Self {
+        self.settings = self.settings.merge(&settings);
+        self
+    }
+
+    fn step(mut self, step: Step) -> Self {
+        self.steps.push(step);
+        self
+    }
+
+    fn fail(self, e: impl Into<Error>) -> Self {
+        self.step(Step::Fail(e.into()))
+    }
+
+    pub fn filter(self, predicate: Expr) -> Self {
+        self.step(Step::Filter(predicate))
+    }
+
+    /// Keeps these expressions as columns (use `.alias(..)` to name them).
+    pub fn select(self, exprs: impl IntoIterator<Item = Expr>) -> Self {
+        self.step(Step::Select(exprs.into_iter().collect()))
+    }
+
+    /// Adds or replaces column `name`.
+    pub fn mutate(self, name: &str, expr: Expr) -> Self {
+        self.step(Step::Mutate(name.to_string(), expr))
+    }
+
+    pub fn order_by(self, sort: impl IntoIterator<Item = SortExpr>) -> Self {
+        self.step(Step::OrderBy(sort.into_iter().collect()))
+    }
+
+    pub fn limit(self, n: usize) -> Self {
+        self.step(Step::Limit { skip: 0, fetch: Some(n) })
+    }
+
+    pub fn offset(self, n: usize) -> Self {
+        self.step(Step::Limit { skip: n, fetch: None })
+    }
+
+    pub fn distinct(self) -> Self {
+        self.step(Step::Distinct)
+    }
+
+    /// Rows of both chains (same columns, by name).
+    pub fn union(self, other: Chain) -> Self {
+        self.step(Step::Union(Box::new(other)))
+    }
+
+    /// Joins on equal `left_on` / `right_on` columns.
+    pub fn join(self, right: Chain, how: JoinType, left_on: &[&str], right_on: &[&str]) -> Self {
+        self.step(Step::Join {
+            right: Box::new(right),
+            how,
+            left_on: left_on.iter().map(|s| s.to_string()).collect(),
+            right_on: right_on.iter().map(|s| s.to_string()).collect(),
+        })
+    }
+
+    /// Groups by `keys` and computes DataFusion aggregates (`count`, `sum`, ...).
+    pub fn group_by(self, keys: impl IntoIterator<Item = Expr>, aggs: impl IntoIterator<Item = Expr>) -> Self {
+        self.step(Step::GroupBy {
+            keys: keys.into_iter().collect(),
+            aggs: aggs.into_iter().collect(),
+        })
+    }
+
+    fn udf(self, kind: Result<UdfKind, UdfError>) -> Self {
+        match kind {
+            Ok(kind) => {
+                let settings = self.settings.clone();
+                self.step(Step::Udf { kind, settings })
+            }
+            Err(e) => self.fail(Error::plan(e.to_string())),
+        }
+    }
+
+    /// Adds column `output` = `f(file)` for each row: `async fn(File) -> Result<O>`.
+    pub fn map<I, O, E, F, Fut>(self, output: &str, f: F) -> Self
+    where
+        I: DeserializeOwned + Send + 'static,
+        O: Serialize + DeserializeOwned + Send + 'static,
+        E: Into<BoxError> + 'static,
+        F: Fn(I) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<O, E>> + Send,
+    {
+        self.map_on(&["file"], output, f)
+    }
+
+    /// Like [`Chain::map`], reading the `params` columns (several params give `I`
+    /// as a struct with fields named like the columns).
+    pub fn map_on<I, O, E, F, Fut>(self, params: &[&str], output: &str, f: F) -> Self
+    where
+        I: DeserializeOwned + Send + 'static,
+        O: Serialize + DeserializeOwned + Send + 'static,
+        E: Into<BoxError> + 'static,
+        F: Fn(I) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<O, E>> + Send,
+    {
+        let udf = map_fn(params, output, f).map(UdfKind::Map);
+        self.udf(udf)
+    }
+
+    pub fn map_udf(self, udf: Arc<dyn Mapper>) -> Self {
+        self.udf(Ok(UdfKind::Map(udf)))
+    }
+
+    /// Expands each row into the values of the stream `f(file)` returns.
+    /// (`gen` is a reserved word in Rust 2024; call it as `.r#gen(..)` or `.generate(..)`.)
+    pub fn r#gen<I, O, E, F, S>(self, output: &str, f: F) -> Self
+    where
+        I: DeserializeOwned + Send + 'static,
+        O: Serialize + DeserializeOwned + Send + 'static,
+        E: Into<BoxError> + Send + 'static,
+        F: Fn(I) -> S + Send + Sync + 'static,
+        S: futures::Stream<Item = std::result::Result<O, E>> + Send + 'static,
+    {
+        self.gen_on(&["file"], output, f)
+    }
+
+    /// Same as [`Chain::r#gen`].
+    pub fn generate<I, O, E, F, S>(self, output: &str, f: F) -> Self
+    where
+        I: DeserializeOwned + Send + 'static,
+        O: Serialize + DeserializeOwned + Send + 'static,
+        E: Into<BoxError> + Send + 'static,
+        F: Fn(I) -> S + Send + Sync + 'static,
+        S: futures::Stream<Item = std::result::Result<O, E>> + Send + 'static,
+    {
+        self.gen_on(&["file"], output, f)
+    }
+
+    pub fn gen_on<I, O, E, F, S>(self, params: &[&str], output: &str, f: F) -> Self
+    where
+        I: DeserializeOwned + Send + 'static,
+        O: Serialize + DeserializeOwned + Send + 'static,
+        E: Into<BoxError> + Send + 'static,
+        F: Fn(I) -> S + Send + Sync + 'static,
+        S: futures::Stream<Item = std::result::Result<O, E>> + Send + 'static,
+    {
+        let udf = gen_fn(params, output, f).map(UdfKind::Gen);
+        self.udf(udf)
+    }
+
+    pub fn gen_udf(self, udf: Arc<dyn Generator>) -> Self {
+        self.udf(Ok(UdfKind::Gen(udf)))
+    }
+
+    /// Adds column `output` computed `batch_size` rows at a time: `async fn(Vec<File>) -> Result<Vec<O>>`.
+    pub fn batch_map<I, O, E, F, Fut>(self, output: &str, f: F) -> Self
+    where
+        I: DeserializeOwned + Send + 'static,
+        O: Serialize + DeserializeOwned + Send + 'static,
+        E: Into<BoxError> + 'static,
+        F: Fn(Vec<I>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<Vec<O>, E>> + Send,
+    {
+        self.batch_map_on(&["file"], output, f)
+    }
+
+    pub fn batch_map_on<I, O, E, F, Fut>(self, params: &[&str], output: &str, f: F) -> Self
+    where
+        I: DeserializeOwned + Send + 'static,
+        O: Serialize + DeserializeOwned + Send + 'static,
+        E: Into<BoxError> + 'static,
+        F: Fn(Vec<I>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<Vec<O>, E>> + Send,
+    {
+        let udf = batch_map_fn(params, output, f).map(UdfKind::BatchMap);
+        self.udf(udf)
+    }
+
+    pub fn batch_map_udf(self, udf: Arc<dyn BatchMapper>) -> Self {
+        self.udf(Ok(UdfKind::BatchMap(udf)))
+    }
+
+    /// One call per group of rows with equal `partition_by` values, reading
+    /// `params`; the result has the key columns and `output`.
+    pub fn agg<I, O, E, F, Fut>(self, partition_by: &[&str], params: &[&str], output: &str, f: F) -> Self
+    where
+        I: DeserializeOwned + Send + 'static,
+        O: Serialize + DeserializeOwned + Send + 'static,
+        E: Into<BoxError> + 'static,
+        F: Fn(Vec<I>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<Vec<O>, E>> + Send,
+    {
+        let keys = partition_by.iter().map(|s| s.to_string()).collect();
+        let udf = agg_fn(params, output, f).map(|udf| UdfKind::Agg { udf, partition_by: keys });
+        self.udf(udf)
+    }
+
+    pub fn agg_udf(self, partition_by: &[&str], udf: Arc<dyn Aggregator>) -> Self {
+        let partition_by = partition_by.iter().map(|s| s.to_string()).collect();
+        self.udf(Ok(UdfKind::Agg { udf, partition_by }))
+    }
+
+    /// The DataFusion logical plan of this chain.
+    pub async fn logical_plan(&self) -> Result<LogicalPlan> {
+        Box::pin(self.build()).await
+    }
+
+    async fn build(&self) -> Result<LogicalPlan> {
+        let mut plan = self.source_plan().await?;
+        for step in &self.steps {
+            plan = self.apply(plan, step).await?;
+        }
+        Ok(plan)
+    }
+
+    async fn source_plan(&self) -> Result<LogicalPlan> {
+        let ctx = self.session.context();
+        let options = self.settings.get_storage_options();
+        let open = |uri: &str| -> Result<()> {
+            if let Ok(loc) = Location::parse(uri) {
+                crate::storage::open_store(ctx.runtime_env().as_ref(), &loc, options)?;
+            }
+            Ok(())
+        };
+        let df = match &self.source {
+            Source::Storage { uri, recursive, glob } => {
+                let table = StorageTable::try_new(uri, *recursive, glob.clone(), options.clone())?;
+                return Ok(LogicalPlanBuilder::scan("storage", provider_as_source(Arc::new(table)), None)?.build()?);
+            }
+            Source::Table(t) => {
+                return Ok(LogicalPlanBuilder::scan("values", provider_as_source(Arc::clone(t)), None)?.build()?);
+            }
+            Source::Plan(p) => return Ok(p.clone()),
+            Source::Parquet(uri) => {
+                open(uri)?;
+                ctx.read_parquet(uri.as_str(), ParquetReadOptions::default()).await?
+            }
+            Source::Csv(uri) => {
+                open(uri)?;
+                ctx.read_csv(uri.as_str(), CsvReadOptions::default()).await?
+            }
+            Source::Json(uri) => {
+                open(uri)?;
+                let opts = JsonReadOptions {
+                    file_extension: if uri.ends_with(".jsonl") { ".jsonl" } else { ".json" },
+                    ..Default::default()
+                };
+                ctx.read_json(uri.as_str(), opts).await?
+            }
+        };
+        Ok(df.into_unoptimized_plan())
+    }
+
+    async fn apply(&self, plan: LogicalPlan, step: &Step) -> Result<LogicalPlan> {
+        let b = LogicalPlanBuilder::from(plan);
+        let plan = match step {
+            Step::Filter(e) => b.filter(e.clone())?.build()?,
+            Step::Select(exprs) => b.project(exprs.clone())?.build()?,
+            Step::Mutate(name, e) => {
+                let df = DataFrame::new(self.session.state(), b.build()?);
+                df.with_column(name, e.clone())?.into_unoptimized_plan()
+            }
+            Step::OrderBy(sort) => b.sort(sort.clone())?.build()?,
+            Step::Limit { skip, fetch } => b.limit(*skip, *fetch)?.build()?,
+            Step::Distinct => b.distinct()?.build()?,
+            Step::Union(other) => b.union_by_name(other.logical_plan().await?)?.build()?,
+            Step::Join { right, how, left_on, right_on } => {
+                let right = right.logical_plan().await?;
+                b.join(right, *how, (left_on.clone(), right_on.clone()), None)?.build()?
+            }
+            Step::GroupBy { keys, aggs } => b.aggregate(keys.clone(), aggs.clone())?.build()?,
+            Step::Udf { kind, settings } => {
+                UdfNode::try_new(b.build()?, kind.clone(), settings.clone())?.into_plan()
+            }
+            Step::Fail(e) => return Err(e.clone()),
+        };
+        Ok(plan)
+    }
+
+    async fn dataframe(&self) -> Result<DataFrame> {
+        Ok(DataFrame::new(self.session.state(), self.logical_plan().await?))
+    }
+
+    /// Runs the chain and returns all result batches.
+    ///
+    /// # Cancel safety
+    /// Dropping the future cancels the run, its UDF calls and downloads.
+    pub async fn collect(&self) -> Result<Vec<RecordBatch>> {
+        Ok(self.dataframe().await?.collect().await?)
+    }
+
+    /// Runs the chain and converts every row to `T` (fields named like columns).
+    pub async fn to_rows<T: DeserializeOwned>(&self) -> Result<Vec<T>> {
+        let mut out = Vec::new();
+        for batch in self.collect().await? {
+            let rows: Vec<T> = serde_arrow::from_record_batch(&batch)
+                .map_err(|e| Error::plan(format!("converting rows to {}: {e}", std::any::type_name::<T>())))?;
+            out.extend(rows);
+        }
+        Ok(out)
+    }
+
+    /// Runs the chain as a stream of batches.
+    ///
+    /// # Cancel safety
+    /// Dropping the stream stops the run: no more input is pulled, running UDF
+    /// calls and downloads are aborted.
+    pub async fn stream(&self) -> Result<BoxStream<'static, Result<RecordBatch>>> {
+        let s = self.dataframe().await?.execute_stream().await?;
+        Ok(s.map_err(Error::from).boxed())
+    }
+
+    /// The number of result rows.
+    pub async fn count(&self) -> Result<usize> {
+        Ok(self.dataframe().await?.count().await?)
+    }
+
+    /// The first `n` rows as an aligned table.
+    pub async fn to_table_string(&self, n: usize) -> Result<String> {
+        let batches = self.clone().limit(n).collect().await?;
+        Ok(pretty_format_batches(&batches)
+            .map_err(|e| Error::from(datafusion::error::DataFusionError::from(e)))?
+            .to_string())
+    }
+
+    /// Prints the first `n` rows.
+    pub async fn show(&self, n: usize) -> Result<()> {
+        println!("{}", self.to_table_string(n).await?);
+        Ok(())
+    }
+
+    /// Writes the result as one Parquet file at `uri` (local or in a store).
+    pub async fn to_parquet(&self, uri: &str) -> Result<()> {
+        if let Ok(loc) = Location::parse_output(uri) {
+            crate::storage::open_store(
+                self.session.context().runtime_env().as_ref(),
+                &loc,
+                self.settings.get_storage_options(),
+            )?;
+        }
+        let opts = DataFrameWriteOptions::new().with_single_file_output(true);
+        self.dataframe().await?.write_parquet(uri, opts, None).await?;
+        Ok(())
+    }
+
+    /// The optimized logical plan and the physical plan, with each UDF operator
+    /// by name and kind.
+    pub async fn explain(&self) -> Result<String> {
+        let df = self.dataframe().await?;
+        let logical = df.clone().into_optimized_plan()?;
+        let physical = df.create_physical_plan().await?;
+        Ok(format!(
+            "logical plan:\n{}\n\nphysical plan:\n{}",
+            logical.display_indent(),
+            displayable(physical.as_ref()).indent(true)
+        ))
+    }
+
+    /// Runs the chain and returns the physical plan annotated with metrics.
+    pub async fn explain_analyze(&self) -> Result<String> {
+        let df = self.dataframe().await?;
+        let physical = df.create_physical_plan().await?;
+        let ctx = self.session.context().task_ctx();
+        datafusion::physical_plan::collect(Arc::clone(&physical), ctx).await?;
+        Ok(displayable(physical.as_ref()).indent(true).to_string())
+    }
+}
+
+fn values_table<T: Serialize + DeserializeOwned>(values: &[T]) -> Result<Arc<dyn TableProvider>> {
+    use datafusion::arrow::datatypes::{DataType, Schema};
+    let field = udfchain_udfs::trace_field::<T>("value").map_err(|e| Error::plan(e.to_string()))?;
+    let array = udfchain_udfs::encode_column(&field, values).map_err(|e| Error::plan(e.to_string()))?;
+    let batch = match field.data_type() {
+        DataType::Struct(_) => {
+            let s = datafusion::arrow::array::StructArray::from(array.to_data());
+            RecordBatch::from(s)
+        }
+        _ => RecordBatch::try_new(Arc::new(Schema::new(vec![field.clone()])), vec![array])
+            .map_err(|e| Error::from(datafusion::error::DataFusionError::from(e)))?,
+    };
+    Ok(Arc::new(MemTable::try_new(batch.schema(), vec![vec![batch]])?))
+}
+
+fn empty_plan() -> LogicalPlan {
+    LogicalPlan::EmptyRelation(datafusion::logical_expr::EmptyRelation {
+        produce_one_row: false,
+        schema: Arc::new(datafusion::common::DFSchema::empty()),
+    })
+}

@@ -1,0 +1,173 @@
+//! [`Settings`]: DataChain-named knobs, set on a chain and captured by each UDF
+//! added after them. Unset fields fall back to the chain's earlier settings,
+//! then to the defaults documented on each getter.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// How many downloads run ahead of a UDF, per partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Prefetch {
+    /// Exactly this many files in flight (0 disables prefetching).
+    Fixed(usize),
+    /// Adapt the in-flight count so the UDF never waits for data.
+    Auto,
+}
+
+/// What a UDF error does to the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnError {
+    /// Fail the query; the error names the UDF and the file (default).
+    #[default]
+    Fail,
+    /// Drop the row.
+    Skip,
+    /// Output null for the row.
+    Null,
+}
+
+/// Settings of a chain. Builder style: `Settings::new().prefetch(16).parallel(4)`.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[must_use]
+pub struct Settings {
+    prefetch: Option<Prefetch>,
+    cache: Option<bool>,
+    parallel: Option<usize>,
+    workers: Option<usize>,
+    batch_size: Option<usize>,
+    ordered: Option<bool>,
+    max_connections: Option<usize>,
+    on_error: Option<OnError>,
+    root: Option<PathBuf>,
+    storage_options: BTreeMap<String, String>,
+}
+
+impl Settings {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Files downloading ahead of each UDF per partition (default 2; 0 = off).
+    pub fn prefetch(mut self, n: usize) -> Self {
+        self.prefetch = Some(Prefetch::Fixed(n));
+        self
+    }
+
+    /// Adaptive prefetch.
+    pub fn prefetch_auto(mut self) -> Self {
+        self.prefetch = Some(Prefetch::Auto);
+        self
+    }
+
+    /// Keep downloaded files in the shared persistent cache (default false).
+    pub fn cache(mut self, on: bool) -> Self {
+        self.cache = Some(on);
+        self
+    }
+
+    /// UDF calls running at once per UDF (default: the number of cores).
+    pub fn parallel(mut self, n: usize) -> Self {
+        self.parallel = Some(n);
+        self
+    }
+
+    /// Distributed workers (accepted for DataChain compatibility; runs are local).
+    pub fn workers(mut self, n: usize) -> Self {
+        self.workers = Some(n);
+        self
+    }
+
+    /// Rows per `batch_map` call and per output batch of `gen` (default 1000).
+    pub fn batch_size(mut self, n: usize) -> Self {
+        self.batch_size = Some(n);
+        self
+    }
+
+    /// Keep input order through UDFs (default true).
+    pub fn ordered(mut self, on: bool) -> Self {
+        self.ordered = Some(on);
+        self
+    }
+
+    /// Global cap of concurrent downloads across partitions (default 64).
+    pub fn max_connections(mut self, n: usize) -> Self {
+        self.max_connections = Some(n);
+        self
+    }
+
+    /// What a UDF error does (default [`OnError::Fail`]).
+    pub fn on_error(mut self, policy: OnError) -> Self {
+        self.on_error = Some(policy);
+        self
+    }
+
+    /// Root dir for caches, temp files and datasets (default `$UDFCHAIN_ROOT` or `./.udfchain`).
+    pub fn root(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.root = Some(dir.into());
+        self
+    }
+
+    /// A store option (object_store config key, e.g. `endpoint`, `region`,
+    /// `allow_http`, `access_key_id`), applied when a store is first opened.
+    pub fn storage_option(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.storage_options.insert(key.into(), value.into());
+        self
+    }
+
+    /// `other`'s set fields override `self`'s.
+    pub fn merge(mut self, other: &Settings) -> Self {
+        macro_rules! take {
+            ($($f:ident),*) => { $( if other.$f.is_some() { self.$f = other.$f.clone(); } )* };
+        }
+        take!(prefetch, cache, parallel, workers, batch_size, ordered, max_connections, on_error, root);
+        self.storage_options
+            .extend(other.storage_options.iter().map(|(k, v)| (k.clone(), v.clone())));
+        self
+    }
+
+    pub fn get_prefetch(&self) -> Prefetch {
+        self.prefetch.unwrap_or(Prefetch::Fixed(2))
+    }
+
+    pub fn get_cache(&self) -> bool {
+        self.cache.unwrap_or(false)
+    }
+
+    pub fn get_parallel(&self) -> usize {
+        self.parallel
+            .unwrap_or_else(crate::session::cores)
+            .max(1)
+    }
+
+    pub fn get_workers(&self) -> usize {
+        self.workers.unwrap_or(1).max(1)
+    }
+
+    pub fn get_batch_size(&self) -> usize {
+        self.batch_size.unwrap_or(1000).max(1)
+    }
+
+    pub fn get_ordered(&self) -> bool {
+        self.ordered.unwrap_or(true)
+    }
+
+    pub fn get_max_connections(&self) -> usize {
+        self.max_connections.unwrap_or(64).max(1)
+    }
+
+    pub fn get_on_error(&self) -> OnError {
+        self.on_error.unwrap_or_default()
+    }
+
+    pub fn get_root(&self) -> PathBuf {
+        self.root.clone().unwrap_or_else(|| {
+            std::env::var_os("UDFCHAIN_ROOT")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from(".udfchain"))
+        })
+    }
+
+    pub fn get_storage_options(&self) -> &BTreeMap<String, String> {
+        &self.storage_options
+    }
+}

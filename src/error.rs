@@ -1,0 +1,123 @@
+//! The one public error type. Every variant carries the context a user needs to
+//! act (URL, UDF name, file, row); credentials never appear in it.
+
+use std::sync::Arc;
+
+use datafusion::error::DataFusionError;
+
+/// A shared, clonable error source.
+pub type Source = Arc<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Result alias for udfchain.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Errors of udfchain.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A URI that names no store udfchain can open.
+    #[error("invalid URI {uri:?}: {reason}")]
+    InvalidUri { uri: String, reason: String },
+
+    /// A store operation failed.
+    #[error("storage error at {url}: {source}")]
+    Storage {
+        url: String,
+        #[source]
+        source: Source,
+    },
+
+    /// A UDF returned an error (or panicked) for a row.
+    #[error("UDF {udf} failed{}{}: {source}", file.as_ref().map(|f| format!(" on {f}")).unwrap_or_default(), row.map(|r| format!(" (row {r})")).unwrap_or_default())]
+    Udf {
+        udf: String,
+        file: Option<String>,
+        row: Option<u64>,
+        #[source]
+        source: Source,
+    },
+
+    /// A chain that cannot be planned: unknown column, wrong input type, bad setting.
+    #[error("invalid chain: {0}")]
+    Plan(String),
+
+    /// A local I/O error (cache or temp dirs, output files).
+    #[error("I/O error at {path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+
+    /// Any other error from the DataFusion engine.
+    #[error(transparent)]
+    DataFusion(Arc<DataFusionError>),
+}
+
+impl Error {
+    pub(crate) fn plan(msg: impl Into<String>) -> Self {
+        Self::Plan(msg.into())
+    }
+
+    pub(crate) fn io(path: impl std::fmt::Display, source: std::io::Error) -> Self {
+        Self::Io {
+            path: path.to_string(),
+            source: Arc::new(source),
+        }
+    }
+
+    /// Wraps this error for transport through DataFusion; [`From<DataFusionError>`]
+    /// unwraps it again.
+    pub(crate) fn into_df(self) -> DataFusionError {
+        DataFusionError::External(Box::new(self))
+    }
+}
+
+impl From<DataFusionError> for Error {
+    fn from(e: DataFusionError) -> Self {
+        if let Some(ours) = find_ours(&e) {
+            return ours;
+        }
+        match e {
+            e @ (DataFusionError::Plan(_) | DataFusionError::SchemaError(..)) => {
+                Self::Plan(e.strip_backtrace())
+            }
+            e => Self::DataFusion(Arc::new(e)),
+        }
+    }
+}
+
+/// Finds a udfchain error carried anywhere inside a DataFusion error.
+fn find_ours(e: &DataFusionError) -> Option<Error> {
+    match e {
+        DataFusionError::External(b) => {
+            if let Some(ours) = b.downcast_ref::<Error>() {
+                return Some(ours.clone());
+            }
+            if let Some(df) = b.downcast_ref::<DataFusionError>() {
+                return find_ours(df);
+            }
+        }
+        DataFusionError::Shared(inner) => return find_ours(inner),
+        DataFusionError::Context(_, inner) => return find_ours(inner),
+        DataFusionError::ArrowError(inner, _) => {
+            if let datafusion::arrow::error::ArrowError::ExternalError(b) = inner.as_ref() {
+                if let Some(ours) = b.downcast_ref::<Error>() {
+                    return Some(ours.clone());
+                }
+                if let Some(df) = b.downcast_ref::<DataFusionError>() {
+                    return find_ours(df);
+                }
+            }
+        }
+        _ => {}
+    }
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(ours) = s.downcast_ref::<Error>() {
+            return Some(ours.clone());
+        }
+        source = s.source();
+    }
+    None
+}

@@ -1,0 +1,36 @@
+//! udfchain: chains of user functions over files in object storage, planned and
+//! executed by Apache DataFusion.
+//!
+//! ```no_run
+//! use udfchain::{Chain, File, Settings, col, lit};
+//!
+//! # async fn run() -> udfchain::Result<()> {
+//! let rows = Chain::from_storage("data/")
+//!     .settings(Settings::new().prefetch(16).parallel(4))
+//!     .filter(col("file.size").gt(lit(0u64)))
+//!     .map("length", |f: File| async move { f.read().await.map(|b| b.len() as u64) })
+//!     .collect()
+//!     .await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Layout: `chain/` the builder and settings; `plan/` the logical UDF node, its
+//! planner and one physical operator per file; `storage/` stores, listing and
+//! the file source UDFs read through; `session/` the DataFusion context and the
+//! UDF pool; the UDF contract itself lives in the `udfchain-udfs` crate.
+
+pub mod chain;
+pub mod error;
+pub mod plan;
+pub mod session;
+pub mod storage;
+
+pub use chain::{Chain, OnError, Prefetch, Settings, col};
+pub use error::{Error, Result};
+pub use session::Session;
+pub use udfchain_udfs as udfs;
+pub use udfchain_udfs::{File, FileReader, FileSource};
+
+pub use datafusion;
+pub use datafusion::common::JoinType;
+pub use datafusion::prelude::lit;

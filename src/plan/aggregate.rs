@@ -1,0 +1,247 @@
+//! `AggregateExec`: one call per group of rows with equal `partition_by`
+//! values; zero or more output rows per group (the group's key columns plus the
+//! UDF's value).
+//!
+//! Guarantees: the planner is told this operator needs one partition sorted by
+//! the keys, so every group is contiguous and reaches exactly one call; groups
+//! are cut across input batch boundaries; only one group per running call is
+//! held in memory; up to `parallel` groups are processed at once, output in key order.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, RecordBatch};
+use datafusion::arrow::compute::{concat_batches, partition};
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::row::{OwnedRow, RowConverter, SortField};
+use datafusion::error::Result as DfResult;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_expr::{LexRequirement, OrderingRequirements, PhysicalSortRequirement};
+use datafusion::physical_plan::metrics::{BaselineMetrics, ExecutionPlanMetricsSet};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, Distribution, ExecutionPlan, PlanProperties,
+};
+use futures::stream::{BoxStream, StreamExt, TryStreamExt};
+use udfchain_udfs::Aggregator;
+
+use super::common::{UdfCall, append_column, repeat_row, udf_properties, unary_exec_boilerplate};
+use crate::chain::OnError;
+use crate::storage::source::LocalCopies;
+
+#[derive(Debug)]
+pub struct AggregateExec {
+    input: Arc<dyn ExecutionPlan>,
+    udf: Arc<dyn Aggregator>,
+    call: Arc<UdfCall>,
+    /// Key columns: (index in the input schema, name).
+    keys: Vec<(usize, String)>,
+    local: Option<Arc<dyn LocalCopies>>,
+    schema: SchemaRef,
+    properties: Arc<PlanProperties>,
+    metrics: ExecutionPlanMetricsSet,
+}
+
+impl AggregateExec {
+    pub fn new(
+        input: Arc<dyn ExecutionPlan>,
+        udf: Arc<dyn Aggregator>,
+        call: Arc<UdfCall>,
+        keys: Vec<(usize, String)>,
+        local: Option<Arc<dyn LocalCopies>>,
+        schema: SchemaRef,
+    ) -> Self {
+        Self {
+            properties: Arc::new(udf_properties(Arc::clone(&schema), 1)),
+            input,
+            udf,
+            call,
+            keys,
+            local,
+            schema,
+            metrics: ExecutionPlanMetricsSet::new(),
+        }
+    }
+
+    fn with_input(&self, input: Arc<dyn ExecutionPlan>) -> Self {
+        Self::new(
+            input,
+            Arc::clone(&self.udf),
+            Arc::clone(&self.call),
+            self.keys.clone(),
+            self.local.clone(),
+            Arc::clone(&self.schema),
+        )
+    }
+}
+
+impl DisplayAs for AggregateExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        let keys: Vec<_> = self.keys.iter().map(|(_, n)| n.as_str()).collect();
+        write!(
+            f,
+            "AggregateExec: udf={}, output={}, partition_by=[{}], parallel={}",
+            self.call.name,
+            self.udf.signature().output.name(),
+            keys.join(", "),
+            self.call.parallel
+        )
+    }
+}
+
+impl ExecutionPlan for AggregateExec {
+    unary_exec_boilerplate!("AggregateExec");
+
+    fn required_input_distribution(&self) -> Vec<Distribution> {
+        vec![Distribution::SinglePartition]
+    }
+
+    fn required_input_ordering(&self) -> Vec<Option<OrderingRequirements>> {
+        let reqs = self.keys.iter().map(|(i, name)| {
+            PhysicalSortRequirement::new(Arc::new(Column::new(name, *i)), None)
+        });
+        vec![LexRequirement::new(reqs).map(OrderingRequirements::new)]
+    }
+
+    fn execute(&self, partition: usize, ctx: Arc<TaskContext>) -> DfResult<SendableRecordBatchStream> {
+        let input = self.input.execute(partition, Arc::clone(&ctx))?;
+        let call = Arc::clone(&self.call);
+        let udf = Arc::clone(&self.udf);
+        let source = call.file_source(&ctx, self.local.clone());
+        let schema = Arc::clone(&self.schema);
+        let key_idx: Vec<usize> = self.keys.iter().map(|(i, _)| *i).collect();
+        let baseline = BaselineMetrics::new(&self.metrics, partition);
+        let mut seen = 0u64;
+        let stream = groups(input, key_idx.clone())?
+            .map_ok(move |g| {
+                let base = seen;
+                seen += g.num_rows() as u64;
+                (base, g)
+            })
+            .map(move |part| {
+                let (call, udf, source, schema, key_idx) = (
+                    Arc::clone(&call),
+                    Arc::clone(&udf),
+                    Arc::clone(&source),
+                    Arc::clone(&schema),
+                    key_idx.clone(),
+                );
+                async move {
+                    let (base, group) = part?;
+                    let params = call.params_batch(&group)?;
+                    let values: ArrayRef = match call.run(source, async move { udf.aggregate(params).await }).await {
+                        Ok(v) => v,
+                        Err(f) => match call.on_error {
+                            OnError::Fail => return Err(call.locate(f, &group, base)),
+                            OnError::Skip | OnError::Null => return Ok(None),
+                        },
+                    };
+                    if values.is_empty() {
+                        return Ok(None);
+                    }
+                    let keys = group.project(&key_idx)?;
+                    let repeated = RecordBatch::try_new(keys.schema(), repeat_row(&keys, 0, values.len())?)?;
+                    append_column(&schema, &repeated, values).map(Some)
+                }
+            })
+            .buffered(self.call.parallel)
+            .try_filter_map(|b| futures::future::ready(Ok(b)))
+            .inspect_ok(move |b| baseline.record_output(b.num_rows()));
+        Ok(Box::pin(RecordBatchStreamAdapter::new(Arc::clone(&self.schema), stream)))
+    }
+}
+
+/// Cuts a key-sorted stream into one batch per group.
+fn groups(
+    input: SendableRecordBatchStream,
+    keys: Vec<usize>,
+) -> DfResult<BoxStream<'static, DfResult<RecordBatch>>> {
+    let schema = input.schema();
+    let sort_fields = keys
+        .iter()
+        .map(|&i| SortField::new(schema.field(i).data_type().clone()))
+        .collect();
+    let state = Grouper {
+        input,
+        schema,
+        converter: RowConverter::new(sort_fields)?,
+        keys,
+        current: None,
+        pieces: Vec::new(),
+        ready: VecDeque::new(),
+        done: false,
+    };
+    Ok(futures::stream::unfold(state, |mut s| async move {
+        let next = s.next().await?;
+        Some((next, s))
+    })
+    .boxed())
+}
+
+struct Grouper {
+    input: SendableRecordBatchStream,
+    schema: SchemaRef,
+    converter: RowConverter,
+    keys: Vec<usize>,
+    current: Option<OwnedRow>,
+    pieces: Vec<RecordBatch>,
+    ready: VecDeque<RecordBatch>,
+    done: bool,
+}
+
+impl Grouper {
+    async fn next(&mut self) -> Option<DfResult<RecordBatch>> {
+        loop {
+            if let Some(g) = self.ready.pop_front() {
+                return Some(Ok(g));
+            }
+            if self.done {
+                return None;
+            }
+            let step = match self.input.next().await {
+                Some(Ok(batch)) => self.split(&batch),
+                Some(Err(e)) => Err(e),
+                None => {
+                    self.done = true;
+                    self.flush()
+                }
+            };
+            if let Err(e) = step {
+                self.done = true;
+                return Some(Err(e));
+            }
+        }
+    }
+
+    fn flush(&mut self) -> DfResult<()> {
+        if !self.pieces.is_empty() {
+            let group = concat_batches(&self.schema, &self.pieces)?;
+            self.pieces.clear();
+            self.ready.push_back(group);
+        }
+        Ok(())
+    }
+
+    fn split(&mut self, batch: &RecordBatch) -> DfResult<()> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        if self.keys.is_empty() {
+            self.pieces.push(batch.clone());
+            return Ok(());
+        }
+        let cols: Vec<ArrayRef> = self.keys.iter().map(|&i| Arc::clone(batch.column(i))).collect();
+        let rows = self.converter.convert_columns(&cols)?;
+        for range in partition(&cols)?.ranges() {
+            let key = rows.row(range.start);
+            if !self.current.as_ref().is_some_and(|k| k.row() == key) {
+                self.flush()?;
+                self.current = Some(key.owned());
+            }
+            self.pieces.push(batch.slice(range.start, range.end - range.start));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,168 @@
+//! `BatchMapExec`: `batch_size` rows per call, one value per row out.
+//!
+//! Guarantees: every call gets exactly `batch_size` rows except the last of a
+//! partition, which gets the rest (never zero); rows are regrouped across input
+//! batches; output keeps input order; up to `parallel` calls run at once.
+
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::compute::concat_batches;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::error::Result as DfResult;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_plan::metrics::{BaselineMetrics, ExecutionPlanMetricsSet};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties};
+use futures::stream::{BoxStream, StreamExt, TryStreamExt};
+use udfchain_udfs::BatchMapper;
+
+use super::common::{UdfCall, append_column, null_output, udf_properties, unary_exec_boilerplate};
+use crate::chain::OnError;
+use crate::storage::source::LocalCopies;
+
+#[derive(Debug)]
+pub struct BatchMapExec {
+    input: Arc<dyn ExecutionPlan>,
+    udf: Arc<dyn BatchMapper>,
+    call: Arc<UdfCall>,
+    local: Option<Arc<dyn LocalCopies>>,
+    schema: SchemaRef,
+    properties: Arc<PlanProperties>,
+    metrics: ExecutionPlanMetricsSet,
+}
+
+impl BatchMapExec {
+    pub fn new(
+        input: Arc<dyn ExecutionPlan>,
+        udf: Arc<dyn BatchMapper>,
+        call: Arc<UdfCall>,
+        local: Option<Arc<dyn LocalCopies>>,
+        schema: SchemaRef,
+    ) -> Self {
+        let parts = input.output_partitioning().partition_count();
+        Self {
+            properties: Arc::new(udf_properties(Arc::clone(&schema), parts)),
+            input,
+            udf,
+            call,
+            local,
+            schema,
+            metrics: ExecutionPlanMetricsSet::new(),
+        }
+    }
+
+    fn with_input(&self, input: Arc<dyn ExecutionPlan>) -> Self {
+        Self::new(
+            input,
+            Arc::clone(&self.udf),
+            Arc::clone(&self.call),
+            self.local.clone(),
+            Arc::clone(&self.schema),
+        )
+    }
+}
+
+impl DisplayAs for BatchMapExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(
+            f,
+            "BatchMapExec: udf={}, output={}, parallel={}, batch_size={}",
+            self.call.name,
+            self.udf.signature().output.name(),
+            self.call.parallel,
+            self.call.batch_size
+        )
+    }
+}
+
+impl ExecutionPlan for BatchMapExec {
+    unary_exec_boilerplate!("BatchMapExec");
+
+    fn maintains_input_order(&self) -> Vec<bool> {
+        vec![true]
+    }
+
+    fn execute(&self, partition: usize, ctx: Arc<TaskContext>) -> DfResult<SendableRecordBatchStream> {
+        let input = self.input.execute(partition, Arc::clone(&ctx))?;
+        let call = Arc::clone(&self.call);
+        let udf = Arc::clone(&self.udf);
+        let source = call.file_source(&ctx, self.local.clone());
+        let schema = Arc::clone(&self.schema);
+        let baseline = BaselineMetrics::new(&self.metrics, partition);
+        let mut seen = 0u64;
+        let stream = rebatch(input, call.batch_size)
+            .map_ok(move |b| {
+                let base = seen;
+                seen += b.num_rows() as u64;
+                (base, b)
+            })
+            .map(move |part| {
+                let (call, udf, source, schema) =
+                    (Arc::clone(&call), Arc::clone(&udf), Arc::clone(&source), Arc::clone(&schema));
+                async move {
+                    let (base, batch) = part?;
+                    let params = call.params_batch(&batch)?;
+                    match call.run(source, async move { udf.map_batch(params).await }).await {
+                        Ok(values) => append_column(&schema, &batch, values).map(Some),
+                        Err(f) => match call.on_error {
+                            OnError::Fail => Err(call.locate(f, &batch, base)),
+                            OnError::Skip => Ok(None),
+                            OnError::Null => append_column(&schema, &batch, null_output(&schema, batch.num_rows())).map(Some),
+                        },
+                    }
+                }
+            })
+            .buffered(self.call.parallel)
+            .try_filter_map(|b| futures::future::ready(Ok(b)))
+            .inspect_ok(move |b| baseline.record_output(b.num_rows()));
+        Ok(Box::pin(RecordBatchStreamAdapter::new(Arc::clone(&self.schema), stream)))
+    }
+}
+
+/// Regroups `input` into batches of exactly `rows` rows (the last may be smaller).
+fn rebatch(input: SendableRecordBatchStream, rows: usize) -> BoxStream<'static, DfResult<RecordBatch>> {
+    struct State {
+        input: SendableRecordBatchStream,
+        pending: Vec<RecordBatch>,
+        pending_rows: usize,
+        done: bool,
+    }
+    let schema = input.schema();
+    let state = State {
+        input,
+        pending: Vec::new(),
+        pending_rows: 0,
+        done: false,
+    };
+    futures::stream::unfold(state, move |mut s| {
+        let schema = Arc::clone(&schema);
+        async move {
+            while s.pending_rows < rows && !s.done {
+                match s.input.next().await {
+                    Some(Ok(b)) => {
+                        s.pending_rows += b.num_rows();
+                        s.pending.push(b);
+                    }
+                    Some(Err(e)) => return Some((Err(e), s)),
+                    None => s.done = true,
+                }
+            }
+            if s.pending_rows == 0 {
+                return None;
+            }
+            let all = match concat_batches(&schema, &s.pending) {
+                Ok(b) => b,
+                Err(e) => return Some((Err(e.into()), s)),
+            };
+            let take = rows.min(all.num_rows());
+            let out = all.slice(0, take);
+            let rest = all.slice(take, all.num_rows() - take);
+            s.pending_rows = rest.num_rows();
+            s.pending = if rest.num_rows() > 0 { vec![rest] } else { vec![] };
+            Some((Ok(out), s))
+        }
+    })
+    .boxed()
+}

@@ -1,0 +1,269 @@
+//! What every UDF operator shares: the [`UdfCall`] that runs one call of a UDF on
+//! the UDF pool and turns its failures into errors naming the UDF, the file and
+//! the row; batch slicing helpers; and the boilerplate of unary operators.
+//!
+//! Guarantees: at most `parallel` calls of one UDF run at once across all its
+//! partitions; a call's future is aborted when the operator's stream is dropped;
+//! a panicking UDF fails the query with an error, never unwinds into it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, ArrayRef, RecordBatch, UInt32Array};
+use datafusion::arrow::compute::take;
+use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
+use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::execution::TaskContext;
+use tokio::sync::Semaphore;
+use udfchain_udfs::{CallError, File, FileSource, decode_column, with_file_source};
+
+use crate::chain::OnError;
+use crate::error::Error;
+use crate::session::spawn_udf;
+use crate::storage::StoreSource;
+use crate::storage::source::LocalCopies;
+
+/// One UDF as its operator runs it.
+#[derive(Debug)]
+pub struct UdfCall {
+    pub name: String,
+    pub kind: &'static str,
+    /// Param columns: index in the input schema and name the UDF sees.
+    pub params: Vec<(usize, String)>,
+    /// Input columns that hold `File`s, used to name the file in errors.
+    pub file_cols: Vec<usize>,
+    pub parallel: usize,
+    pub batch_size: usize,
+    pub on_error: OnError,
+    pub storage_options: BTreeMap<String, String>,
+    slots: Arc<Semaphore>,
+}
+
+/// A call that failed, with the row (within the call's input batch) when known.
+pub struct Failure {
+    pub row: Option<usize>,
+    pub error: Error,
+}
+
+impl UdfCall {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        name: String,
+        kind: &'static str,
+        params: Vec<(usize, String)>,
+        file_cols: Vec<usize>,
+        parallel: usize,
+        batch_size: usize,
+        on_error: OnError,
+        storage_options: BTreeMap<String, String>,
+    ) -> Self {
+        Self {
+            name,
+            kind,
+            params,
+            file_cols,
+            parallel: parallel.max(1),
+            batch_size: batch_size.max(1),
+            on_error,
+            storage_options,
+            slots: Arc::new(Semaphore::new(parallel.max(1))),
+        }
+    }
+
+    /// The columns the UDF reads, named as its params.
+    pub fn params_batch(&self, batch: &RecordBatch) -> DfResult<RecordBatch> {
+        let mut fields = Vec::with_capacity(self.params.len());
+        let mut cols = Vec::with_capacity(self.params.len());
+        for (idx, name) in &self.params {
+            let col = Arc::clone(batch.column(*idx));
+            fields.push(Field::new(name, col.data_type().clone(), true));
+            cols.push(col);
+        }
+        let opts = datafusion::arrow::array::RecordBatchOptions::new()
+            .with_row_count(Some(batch.num_rows()));
+        Ok(RecordBatch::try_new_with_options(
+            Arc::new(Schema::new(fields)),
+            cols,
+            &opts,
+        )?)
+    }
+
+    /// The source `File` reads of this UDF go through (must be called on the I/O runtime).
+    pub fn file_source(
+        &self,
+        ctx: &TaskContext,
+        local: Option<Arc<dyn LocalCopies>>,
+    ) -> Arc<dyn FileSource> {
+        Arc::new(StoreSource::new(
+            ctx.runtime_env(),
+            self.storage_options.clone(),
+            local,
+        ))
+    }
+
+    /// Runs `fut` on the UDF pool once a slot is free, with `source` serving file reads.
+    ///
+    /// # Cancel safety
+    /// Dropping the returned future aborts the call.
+    pub async fn run<T, F>(&self, source: Arc<dyn FileSource>, fut: F) -> Result<T, Failure>
+    where
+        T: Send + 'static,
+        F: Future<Output = Result<T, CallError>> + Send + 'static,
+    {
+        let slots = Arc::clone(&self.slots);
+        let task = spawn_udf(async move {
+            let _slot = slots.acquire_owned().await;
+            with_file_source(source, fut).await
+        });
+        match task.await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(Failure {
+                row: e.row,
+                error: self.error(None, None, Arc::from(e.source)),
+            }),
+            Err(panic) => Err(Failure {
+                row: None,
+                error: self.error(None, None, Arc::new(std::io::Error::other(panic))),
+            }),
+        }
+    }
+
+    fn error(&self, file: Option<String>, row: Option<u64>, source: crate::error::Source) -> Error {
+        Error::Udf {
+            udf: self.name.clone(),
+            file,
+            row,
+            source,
+        }
+    }
+
+    /// Adds the file and absolute row of `f` (a failure on `batch`, whose first
+    /// row is row `row_base` of the partition) and converts it for DataFusion.
+    pub fn locate(&self, f: Failure, batch: &RecordBatch, row_base: u64) -> DataFusionError {
+        let row = match (f.row, batch.num_rows()) {
+            (Some(r), _) => Some(r),
+            (None, 1) => Some(0),
+            _ => None,
+        };
+        let file = row.and_then(|r| self.file_url(batch, r));
+        match f.error {
+            Error::Udf { udf, source, .. } => Error::Udf {
+                udf,
+                file,
+                row: row.map(|r| row_base + r as u64),
+                source,
+            },
+            other => other,
+        }
+        .into_df()
+    }
+
+    /// The URL of the first `File` column of row `row`.
+    pub fn file_url(&self, batch: &RecordBatch, row: usize) -> Option<String> {
+        let col = batch.column(*self.file_cols.first()?);
+        if row >= col.len() {
+            return None;
+        }
+        let files: Vec<Option<File>> = decode_column(&col.slice(row, 1)).ok()?;
+        files.into_iter().next().flatten().map(|f| f.url())
+    }
+}
+
+/// Splits `batch` into slices of at most `rows` rows.
+pub fn slices(batch: &RecordBatch, rows: usize) -> Vec<RecordBatch> {
+    let rows = rows.max(1);
+    (0..batch.num_rows())
+        .step_by(rows)
+        .map(|start| batch.slice(start, rows.min(batch.num_rows() - start)))
+        .collect()
+}
+
+/// `row` of `batch` repeated `n` times, column by column.
+pub fn repeat_row(batch: &RecordBatch, row: usize, n: usize) -> DfResult<Vec<ArrayRef>> {
+    let idx = UInt32Array::from(vec![row as u32; n]);
+    batch
+        .columns()
+        .iter()
+        .map(|c| Ok(take(c.as_ref(), &idx, None)?))
+        .collect()
+}
+
+/// `batch`'s columns followed by `output`, as a batch of `schema`.
+pub fn append_column(schema: &SchemaRef, batch: &RecordBatch, output: ArrayRef) -> DfResult<RecordBatch> {
+    let mut cols = batch.columns().to_vec();
+    cols.push(output);
+    Ok(RecordBatch::try_new(Arc::clone(schema), cols)?)
+}
+
+/// Implements the parts of `ExecutionPlan` that are the same for every
+/// single-input udfchain operator. The type needs fields `input`,
+/// `properties`, `metrics` and a method `with_input(&self, input) -> Self`.
+macro_rules! unary_exec_boilerplate {
+    ($name:literal) => {
+        fn name(&self) -> &str {
+            $name
+        }
+
+        fn properties(&self) -> &std::sync::Arc<datafusion::physical_plan::PlanProperties> {
+            &self.properties
+        }
+
+        fn children(&self) -> Vec<&std::sync::Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
+            vec![&self.input]
+        }
+
+        fn benefits_from_input_partitioning(&self) -> Vec<bool> {
+            // Each operator runs `parallel` calls itself; more partitions would
+            // only scatter the input order.
+            vec![false]
+        }
+
+        fn apply_expressions(
+            &self,
+            _f: &mut dyn FnMut(
+                &std::sync::Arc<dyn datafusion::physical_expr::PhysicalExpr>,
+            ) -> datafusion::error::Result<
+                datafusion::common::tree_node::TreeNodeRecursion,
+            >,
+        ) -> datafusion::error::Result<datafusion::common::tree_node::TreeNodeRecursion> {
+            Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+        }
+
+        fn with_new_children(
+            self: std::sync::Arc<Self>,
+            mut children: Vec<std::sync::Arc<dyn datafusion::physical_plan::ExecutionPlan>>,
+        ) -> datafusion::error::Result<std::sync::Arc<dyn datafusion::physical_plan::ExecutionPlan>>
+        {
+            if children.len() != 1 {
+                return datafusion::common::internal_err!("{} takes one input", $name);
+            }
+            Ok(std::sync::Arc::new(self.with_input(children.swap_remove(0))))
+        }
+
+        fn metrics(&self) -> Option<datafusion::physical_plan::metrics::MetricsSet> {
+            Some(self.metrics.clone_inner())
+        }
+    };
+}
+
+pub(crate) use unary_exec_boilerplate;
+
+/// Plan properties of a UDF operator: `partitions` partitions of unknown layout,
+/// emitting incrementally.
+pub fn udf_properties(schema: SchemaRef, partitions: usize) -> datafusion::physical_plan::PlanProperties {
+    use datafusion::physical_expr::EquivalenceProperties;
+    use datafusion::physical_plan::Partitioning;
+    use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+    datafusion::physical_plan::PlanProperties::new(
+        EquivalenceProperties::new(schema),
+        Partitioning::UnknownPartitioning(partitions),
+        EmissionType::Incremental,
+        Boundedness::Bounded,
+    )
+}
+
+/// The null output of a row whose call failed under `on_error = null`.
+pub fn null_output(schema: &SchemaRef, rows: usize) -> ArrayRef {
+    let field = schema.field(schema.fields().len() - 1);
+    datafusion::arrow::array::new_null_array(field.data_type(), rows)
+}

@@ -1,0 +1,240 @@
+//! `GenerateExec`: one row in, zero or more rows out (the input row's columns
+//! repeated, plus the generated value).
+//!
+//! Guarantees: an expansion is streamed in batches of at most `batch_size` rows
+//! and never held whole (each running generator has a channel of two batches);
+//! output keeps input order; up to `parallel` rows expand at once on the UDF pool;
+//! dropping the stream aborts every running generator.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, RecordBatch};
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::error::Result as DfResult;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_plan::metrics::{BaselineMetrics, ExecutionPlanMetricsSet};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties};
+use futures::StreamExt;
+use tokio::sync::mpsc;
+use udfchain_udfs::{CallError, FileSource, Generator};
+
+use super::common::{Failure, UdfCall, append_column, null_output, repeat_row, slices, udf_properties, unary_exec_boilerplate};
+use crate::chain::OnError;
+use crate::session::PoolTask;
+use crate::storage::source::LocalCopies;
+
+#[derive(Debug)]
+pub struct GenerateExec {
+    input: Arc<dyn ExecutionPlan>,
+    udf: Arc<dyn Generator>,
+    call: Arc<UdfCall>,
+    local: Option<Arc<dyn LocalCopies>>,
+    schema: SchemaRef,
+    properties: Arc<PlanProperties>,
+    metrics: ExecutionPlanMetricsSet,
+}
+
+impl GenerateExec {
+    pub fn new(
+        input: Arc<dyn ExecutionPlan>,
+        udf: Arc<dyn Generator>,
+        call: Arc<UdfCall>,
+        local: Option<Arc<dyn LocalCopies>>,
+        schema: SchemaRef,
+    ) -> Self {
+        let parts = input.output_partitioning().partition_count();
+        Self {
+            properties: Arc::new(udf_properties(Arc::clone(&schema), parts)),
+            input,
+            udf,
+            call,
+            local,
+            schema,
+            metrics: ExecutionPlanMetricsSet::new(),
+        }
+    }
+
+    fn with_input(&self, input: Arc<dyn ExecutionPlan>) -> Self {
+        Self::new(
+            input,
+            Arc::clone(&self.udf),
+            Arc::clone(&self.call),
+            self.local.clone(),
+            Arc::clone(&self.schema),
+        )
+    }
+}
+
+impl DisplayAs for GenerateExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(
+            f,
+            "GenerateExec: udf={}, output={}, parallel={}, batch_size={}",
+            self.call.name,
+            self.udf.signature().output.name(),
+            self.call.parallel,
+            self.call.batch_size
+        )
+    }
+}
+
+impl ExecutionPlan for GenerateExec {
+    unary_exec_boilerplate!("GenerateExec");
+
+    fn execute(&self, partition: usize, ctx: Arc<TaskContext>) -> DfResult<SendableRecordBatchStream> {
+        let state = GenState {
+            input: self.input.execute(partition, Arc::clone(&ctx))?,
+            source: self.call.file_source(&ctx, self.local.clone()),
+            call: Arc::clone(&self.call),
+            udf: Arc::clone(&self.udf),
+            schema: Arc::clone(&self.schema),
+            rows: VecDeque::new(),
+            jobs: VecDeque::new(),
+            input_done: false,
+            seen: 0,
+        };
+        let baseline = BaselineMetrics::new(&self.metrics, partition);
+        let stream = futures::stream::unfold(state, |mut s| async move {
+            let next = s.next().await?;
+            Some((next, s))
+        })
+        .inspect(move |b| {
+            if let Ok(b) = b {
+                baseline.record_output(b.num_rows());
+            }
+        });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(Arc::clone(&self.schema), stream)))
+    }
+}
+
+/// One input row being expanded by a task on the UDF pool.
+struct Job {
+    row: RecordBatch,
+    row_number: u64,
+    outputs: mpsc::Receiver<Result<ArrayRef, CallError>>,
+    task: std::pin::Pin<Box<PoolTask<Result<(), Failure>>>>,
+    produced: usize,
+}
+
+struct GenState {
+    input: SendableRecordBatchStream,
+    source: Arc<dyn FileSource>,
+    call: Arc<UdfCall>,
+    udf: Arc<dyn Generator>,
+    schema: SchemaRef,
+    rows: VecDeque<RecordBatch>,
+    jobs: VecDeque<Job>,
+    input_done: bool,
+    seen: u64,
+}
+
+impl GenState {
+    async fn next(&mut self) -> Option<DfResult<RecordBatch>> {
+        loop {
+            if let Err(e) = self.start_jobs().await {
+                return Some(Err(e));
+            }
+            let job = self.jobs.front_mut()?;
+            let failure = match job.outputs.recv().await {
+                Some(Ok(values)) => {
+                    job.produced += values.len();
+                    return Some(self.output(values));
+                }
+                Some(Err(e)) => self.failure(e.source.into()),
+                // The channel closed: the generator ended, failed or panicked.
+                None => match self.jobs.front_mut()?.task.as_mut().await {
+                    Ok(Ok(())) => {
+                        self.jobs.pop_front();
+                        continue;
+                    }
+                    Ok(Err(f)) => f,
+                    Err(panic) => self.failure(Arc::new(std::io::Error::other(panic))),
+                },
+            };
+            let job = self.jobs.pop_front()?;
+            match self.call.on_error {
+                OnError::Fail => return Some(Err(self.call.locate(failure, &job.row, job.row_number))),
+                OnError::Null if job.produced == 0 => {
+                    return Some(append_column(&self.schema, &job.row, null_output(&self.schema, 1)));
+                }
+                OnError::Skip | OnError::Null => {}
+            }
+        }
+    }
+
+    /// Starts generators until `parallel` run, pulling input as needed.
+    async fn start_jobs(&mut self) -> DfResult<()> {
+        while self.jobs.len() < self.call.parallel {
+            if let Some(row) = self.rows.pop_front() {
+                let n = self.seen;
+                self.seen += 1;
+                self.jobs.push_back(self.spawn(row, n)?);
+                continue;
+            }
+            if self.input_done {
+                break;
+            }
+            // Only wait for input when nothing is ready to emit.
+            if !self.jobs.is_empty() {
+                match futures::FutureExt::now_or_never(self.input.next()) {
+                    Some(Some(batch)) => self.rows.extend(slices(&batch?, 1)),
+                    Some(None) => self.input_done = true,
+                    None => break,
+                }
+                continue;
+            }
+            match self.input.next().await {
+                Some(batch) => self.rows.extend(slices(&batch?, 1)),
+                None => self.input_done = true,
+            }
+        }
+        Ok(())
+    }
+
+    fn spawn(&self, row: RecordBatch, row_number: u64) -> DfResult<Job> {
+        let params = self.call.params_batch(&row)?;
+        let (tx, rx) = mpsc::channel(2);
+        let (udf, call, source) = (Arc::clone(&self.udf), Arc::clone(&self.call), Arc::clone(&self.source));
+        let max_rows = call.batch_size;
+        let task = crate::session::spawn_on(&tokio::runtime::Handle::current(), async move {
+            call.run(source, async move {
+                let mut outputs = udf.generate(params, max_rows);
+                while let Some(item) = outputs.next().await {
+                    if tx.send(item).await.is_err() {
+                        break;
+                    }
+                }
+                Ok(())
+            })
+            .await
+        });
+        Ok(Job {
+            row,
+            row_number,
+            outputs: rx,
+            task: Box::pin(task),
+            produced: 0,
+        })
+    }
+
+    fn output(&self, values: ArrayRef) -> DfResult<RecordBatch> {
+        let job = self.jobs.front().ok_or_else(|| datafusion::error::DataFusionError::Internal("no job".into()))?;
+        let repeated = RecordBatch::try_new(job.row.schema(), repeat_row(&job.row, 0, values.len())?)?;
+        append_column(&self.schema, &repeated, values)
+    }
+
+    fn failure(&self, source: crate::error::Source) -> Failure {
+        Failure {
+            row: Some(0),
+            error: crate::Error::Udf {
+                udf: self.call.name.clone(),
+                file: None,
+                row: None,
+                source,
+            },
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! `MapExec`: one row in, one value out, appended as a new column.
+//!
+//! Guarantees: output rows are the input rows in input order, each with the
+//! UDF's value (or null under `on_error = null`; dropped under `skip`); up to
+//! `parallel` calls run at once on the UDF pool; input is pulled only as calls
+//! finish, so a dropped stream or a `limit` above stops the work. Rows whose
+//! input holds `File`s go one per call, so each file is its own unit of work,
+//! error and cancellation.
+
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::error::Result as DfResult;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_plan::metrics::{BaselineMetrics, ExecutionPlanMetricsSet};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties};
+use futures::stream::{self, StreamExt, TryStreamExt};
+use udfchain_udfs::Mapper;
+
+use super::common::{UdfCall, append_column, null_output, slices, udf_properties, unary_exec_boilerplate};
+use crate::chain::OnError;
+use crate::storage::source::LocalCopies;
+
+/// Rows per call when the UDF reads no file.
+const VALUE_ROWS_PER_CALL: usize = 1024;
+
+#[derive(Debug)]
+pub struct MapExec {
+    input: Arc<dyn ExecutionPlan>,
+    udf: Arc<dyn Mapper>,
+    call: Arc<UdfCall>,
+    local: Option<Arc<dyn LocalCopies>>,
+    schema: SchemaRef,
+    properties: Arc<PlanProperties>,
+    metrics: ExecutionPlanMetricsSet,
+}
+
+impl MapExec {
+    pub fn new(
+        input: Arc<dyn ExecutionPlan>,
+        udf: Arc<dyn Mapper>,
+        call: Arc<UdfCall>,
+        local: Option<Arc<dyn LocalCopies>>,
+        schema: SchemaRef,
+    ) -> Self {
+        let parts = input.output_partitioning().partition_count();
+        Self {
+            properties: Arc::new(udf_properties(Arc::clone(&schema), parts)),
+            input,
+            udf,
+            call,
+            local,
+            schema,
+            metrics: ExecutionPlanMetricsSet::new(),
+        }
+    }
+
+    fn with_input(&self, input: Arc<dyn ExecutionPlan>) -> Self {
+        Self::new(
+            input,
+            Arc::clone(&self.udf),
+            Arc::clone(&self.call),
+            self.local.clone(),
+            Arc::clone(&self.schema),
+        )
+    }
+}
+
+impl DisplayAs for MapExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(
+            f,
+            "MapExec: udf={}, output={}, parallel={}",
+            self.call.name,
+            self.udf.signature().output.name(),
+            self.call.parallel
+        )
+    }
+}
+
+impl ExecutionPlan for MapExec {
+    unary_exec_boilerplate!("MapExec");
+
+    fn maintains_input_order(&self) -> Vec<bool> {
+        vec![true]
+    }
+
+    fn execute(&self, partition: usize, ctx: Arc<TaskContext>) -> DfResult<SendableRecordBatchStream> {
+        let input = self.input.execute(partition, Arc::clone(&ctx))?;
+        let call = Arc::clone(&self.call);
+        let udf = Arc::clone(&self.udf);
+        let source = call.file_source(&ctx, self.local.clone());
+        let schema = Arc::clone(&self.schema);
+        let baseline = BaselineMetrics::new(&self.metrics, partition);
+        let rows_per_call = if call.file_cols.is_empty() && call.on_error == OnError::Fail {
+            VALUE_ROWS_PER_CALL
+        } else {
+            1
+        };
+        let mut seen = 0u64;
+        let out_schema = Arc::clone(&schema);
+        let stream = input
+            .map_ok(move |batch| {
+                let parts: Vec<DfResult<(u64, RecordBatch)>> = slices(&batch, rows_per_call)
+                    .into_iter()
+                    .map(|s| {
+                        let base = seen;
+                        seen += s.num_rows() as u64;
+                        Ok((base, s))
+                    })
+                    .collect();
+                stream::iter(parts)
+            })
+            .try_flatten()
+            .map(move |part| {
+                let (call, udf, source, schema) =
+                    (Arc::clone(&call), Arc::clone(&udf), Arc::clone(&source), Arc::clone(&schema));
+                async move {
+                    let (base, chunk) = part?;
+                    let params = call.params_batch(&chunk)?;
+                    match call.run(source, async move { udf.map(params).await }).await {
+                        Ok(values) => append_column(&schema, &chunk, values).map(Some),
+                        Err(f) => match call.on_error {
+                            OnError::Fail => Err(call.locate(f, &chunk, base)),
+                            OnError::Skip => Ok(None),
+                            OnError::Null => append_column(&schema, &chunk, null_output(&schema, chunk.num_rows())).map(Some),
+                        },
+                    }
+                }
+            })
+            .buffered(self.call.parallel)
+            .try_filter_map(|b| futures::future::ready(Ok(b)))
+            .inspect_ok(move |b| baseline.record_output(b.num_rows()));
+        Ok(Box::pin(RecordBatchStreamAdapter::new(out_schema, stream)))
+    }
+}

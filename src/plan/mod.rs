@@ -1,0 +1,17 @@
+//! Logical UDF nodes, their physical planning, and the physical operators (one
+//! per file): `MapExec`, `GenerateExec`, `BatchMapExec`, `AggregateExec`.
+
+mod aggregate;
+mod batch_map;
+mod common;
+mod generate;
+mod map;
+mod node;
+mod planner;
+
+pub use aggregate::AggregateExec;
+pub use batch_map::BatchMapExec;
+pub use generate::GenerateExec;
+pub use map::MapExec;
+pub use node::{UdfKind, UdfNode};
+pub use planner::{UdfPlanner, UdfQueryPlanner};

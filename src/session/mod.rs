@@ -1,0 +1,102 @@
+//! [`Session`]: a DataFusion `SessionContext` set up with udfchain's planner,
+//! the stores it has opened, and the default [`Settings`] of its chains.
+
+mod pool;
+
+pub use pool::{PoolTask, cores, spawn_on, spawn_udf};
+
+use std::sync::{Arc, OnceLock};
+
+use datafusion::execution::SessionStateBuilder;
+use datafusion::object_store::ObjectStore;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use object_store::memory::InMemory;
+use url::Url;
+
+use crate::chain::{Chain, Settings};
+use crate::error::Result;
+use crate::plan::UdfQueryPlanner;
+use crate::storage::{Location, open_store};
+
+/// Holds the DataFusion context every chain of this session plans and runs in.
+pub struct Session {
+    ctx: SessionContext,
+    settings: Settings,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("id", &self.ctx.session_id())
+            .field("settings", &self.settings)
+            .finish()
+    }
+}
+
+impl Session {
+    /// A new session with default settings and an empty `memory://` store.
+    pub fn new() -> Arc<Self> {
+        Self::with_settings(Settings::new())
+    }
+
+    /// A new session whose chains start from `settings`.
+    pub fn with_settings(settings: Settings) -> Arc<Self> {
+        let config = SessionConfig::new()
+            .with_information_schema(true)
+            .with_target_partitions(settings.get_parallel());
+        let state = SessionStateBuilder::new()
+            .with_default_features()
+            .with_config(config)
+            .with_query_planner(Arc::new(UdfQueryPlanner))
+            .build();
+        let ctx = SessionContext::new_with_state(state);
+        if let Ok(url) = Url::parse("memory:///") {
+            ctx.register_object_store(&url, Arc::new(InMemory::new()));
+        }
+        Arc::new(Self { ctx, settings })
+    }
+
+    /// The process-wide session used by `Chain::from_*`.
+    pub fn global() -> Arc<Self> {
+        static GLOBAL: OnceLock<Arc<Session>> = OnceLock::new();
+        Arc::clone(GLOBAL.get_or_init(Session::new))
+    }
+
+    /// The DataFusion context (register tables, run SQL).
+    pub fn context(&self) -> &SessionContext {
+        &self.ctx
+    }
+
+    /// The settings chains of this session start from.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// Serves `uri`'s scheme and host (`s3://bucket`, `memory://`) from `store`.
+    pub fn register_store(&self, uri: &str, store: Arc<dyn ObjectStore>) -> Result<()> {
+        let loc = Location::parse(uri)?;
+        self.ctx.register_object_store(&loc.store_url, store);
+        Ok(())
+    }
+
+    /// The store serving `uri`, opened from the environment and the session's
+    /// storage options if it is not registered yet.
+    pub fn store(&self, uri: &str) -> Result<Arc<dyn ObjectStore>> {
+        let loc = Location::parse(uri)?;
+        open_store(
+            self.ctx.runtime_env().as_ref(),
+            &loc,
+            self.settings.get_storage_options(),
+        )
+    }
+
+    /// A chain over the objects under `uri` (recursive).
+    pub fn from_storage(self: &Arc<Self>, uri: &str) -> Chain {
+        Chain::from_storage_in(Arc::clone(self), uri)
+    }
+
+    pub(crate) fn state(&self) -> datafusion::execution::SessionState {
+        self.ctx.state()
+    }
+
+}

@@ -1,0 +1,84 @@
+//! The UDF pool: a tokio runtime of its own where UDF calls run, so CPU-heavy
+//! UDF code never blocks the runtime that drives I/O and DataFusion.
+//!
+//! Guarantees: a [`PoolTask`] aborts its task when dropped (no detached work
+//! survives a dropped query); a panic in a task is returned as an error value,
+//! not propagated into the caller's thread.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::OnceLock;
+use std::task::{Context, Poll};
+
+use tokio::runtime::{Builder, Handle, Runtime};
+use tokio::task::JoinHandle;
+
+/// Number of cores this process may use.
+pub fn cores() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+fn pool() -> &'static Handle {
+    static POOL: OnceLock<Runtime> = OnceLock::new();
+    POOL.get_or_init(|| {
+        Builder::new_multi_thread()
+            .worker_threads(cores().max(2))
+            .thread_name("udfchain-udf")
+            .enable_all()
+            .build()
+            .unwrap_or_else(|e| panic!("cannot start the UDF runtime: {e}"))
+    })
+    .handle()
+}
+
+/// Spawns `fut` on the UDF pool.
+pub fn spawn_udf<F>(fut: F) -> PoolTask<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    PoolTask(pool().spawn(fut))
+}
+
+/// Spawns `fut` on the given runtime (the I/O runtime), aborted on drop.
+pub fn spawn_on<F>(handle: &Handle, fut: F) -> PoolTask<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    PoolTask(handle.spawn(fut))
+}
+
+/// A task that is aborted when this handle is dropped. Resolves to the task's
+/// output, or to the panic message if it panicked.
+#[must_use = "dropping a PoolTask aborts it"]
+pub struct PoolTask<T>(JoinHandle<T>);
+
+impl<T> Future for PoolTask<T> {
+    type Output = Result<T, String>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.0).poll(cx).map(|r| {
+            r.map_err(|e| {
+                if e.is_panic() {
+                    let p = e.into_panic();
+                    p.downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| p.downcast_ref::<String>().cloned())
+                        .map(|m| format!("panicked: {m}"))
+                        .unwrap_or_else(|| "panicked".to_string())
+                } else {
+                    "cancelled".to_string()
+                }
+            })
+        })
+    }
+}
+
+impl<T> Drop for PoolTask<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}

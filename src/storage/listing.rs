@@ -1,0 +1,281 @@
+//! `StorageTable` / `ListingExec`: the objects under a URI as rows with one
+//! `file` struct column.
+//!
+//! Guarantees: listing is streamed (rows flow as the store returns pages, so a
+//! `limit` above stops the listing early); `limit` pushed into the scan stops it
+//! after that many files; the glob filters paths relative to the listed prefix.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
+use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
+use datafusion::catalog::{Session, TableProvider};
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::error::Result as DfResult;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::{Expr, TableType};
+use datafusion::object_store::ObjectMeta;
+use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
+};
+use futures::stream::{self, StreamExt, TryStreamExt};
+use globset::{Glob, GlobMatcher};
+use udfchain_udfs::{File, encode_column};
+
+use super::{Location, open_store};
+use crate::error::Error;
+
+/// Rows per listing batch: small enough that UDFs downstream start early.
+const LIST_BATCH: usize = 256;
+
+/// The schema of a listing: one non-null `file` struct column.
+pub fn file_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![Field::new("file", File::data_type(), false)]))
+}
+
+/// Lists the objects under a URI. Cheap to create: nothing is read until a scan runs.
+#[derive(Debug, Clone)]
+pub struct StorageTable {
+    loc: Location,
+    recursive: bool,
+    glob: Option<String>,
+    options: BTreeMap<String, String>,
+}
+
+impl StorageTable {
+    pub fn try_new(
+        uri: &str,
+        recursive: bool,
+        glob: Option<String>,
+        options: BTreeMap<String, String>,
+    ) -> Result<Self, Error> {
+        if let Some(g) = &glob {
+            Glob::new(g).map_err(|e| Error::plan(format!("invalid glob {g:?}: {e}")))?;
+        }
+        Ok(Self {
+            loc: Location::parse(uri)?,
+            recursive,
+            glob,
+            options,
+        })
+    }
+
+    pub fn location(&self) -> &Location {
+        &self.loc
+    }
+}
+
+#[async_trait]
+impl TableProvider for StorageTable {
+    fn schema(&self) -> SchemaRef {
+        file_schema()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        // Open the store now so a bad URI or credentials fail at planning time.
+        open_store(state.runtime_env(), &self.loc, &self.options).map_err(Error::into_df)?;
+        let glob = match &self.glob {
+            Some(g) => Some(
+                Glob::new(g)
+                    .map_err(|e| Error::plan(e.to_string()).into_df())?
+                    .compile_matcher(),
+            ),
+            None => None,
+        };
+        let schema = match projection {
+            Some(p) => Arc::new(file_schema().project(p)?),
+            None => file_schema(),
+        };
+        Ok(Arc::new(ListingExec::new(
+            self.clone(),
+            glob,
+            schema,
+            limit,
+        )))
+    }
+}
+
+/// Streams the listing of a [`StorageTable`] (one partition).
+#[derive(Debug)]
+pub struct ListingExec {
+    table: StorageTable,
+    glob: Option<GlobMatcher>,
+    schema: SchemaRef,
+    limit: Option<usize>,
+    properties: Arc<PlanProperties>,
+}
+
+impl ListingExec {
+    fn new(
+        table: StorageTable,
+        glob: Option<GlobMatcher>,
+        schema: SchemaRef,
+        limit: Option<usize>,
+    ) -> Self {
+        let properties = PlanProperties::new(
+            EquivalenceProperties::new(Arc::clone(&schema)),
+            Partitioning::UnknownPartitioning(1),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        );
+        Self {
+            table,
+            glob,
+            schema,
+            limit,
+            properties: Arc::new(properties),
+        }
+    }
+}
+
+impl DisplayAs for ListingExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(
+            f,
+            "ListingExec: source={}, recursive={}",
+            self.table.loc.source, self.table.recursive
+        )?;
+        if let Some(g) = &self.table.glob {
+            write!(f, ", glob={g}")?;
+        }
+        if let Some(l) = self.limit {
+            write!(f, ", limit={l}")?;
+        }
+        Ok(())
+    }
+}
+
+impl ExecutionPlan for ListingExec {
+    fn name(&self) -> &str {
+        "ListingExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![]
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DfResult<TreeNodeRecursion>,
+    ) -> DfResult<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        _children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        Ok(self)
+    }
+
+    fn execute(
+        &self,
+        _partition: usize,
+        context: Arc<TaskContext>,
+    ) -> DfResult<SendableRecordBatchStream> {
+        let t = &self.table;
+        let store =
+            open_store(context.runtime_env().as_ref(), &t.loc, &t.options).map_err(Error::into_df)?;
+        let loc = t.loc.clone();
+        let prefix = (!loc.prefix.as_ref().is_empty()).then(|| loc.prefix.clone());
+        let url = loc.source.clone();
+        let metas = if t.recursive {
+            store.list(prefix.as_ref()).boxed()
+        } else {
+            let store = Arc::clone(&store);
+            stream::once(async move {
+                store
+                    .list_with_delimiter(prefix.as_ref())
+                    .await
+                    .map(|r| stream::iter(r.objects.into_iter().map(Ok)))
+            })
+            .try_flatten()
+            .boxed()
+        };
+        let glob = self.glob.clone();
+        let source = loc.source.clone();
+        let files = metas
+            .map_err(move |e| {
+                Error::Storage {
+                    url: url.clone(),
+                    source: Arc::new(e),
+                }
+                .into_df()
+            })
+            .try_filter_map(move |meta| {
+                let file = to_file(&loc, &source, meta);
+                let keep = glob.as_ref().is_none_or(|g| g.is_match(&file.path));
+                futures::future::ready(Ok(keep.then_some(file)))
+            });
+        let files = match self.limit {
+            Some(n) => files.take(n).boxed(),
+            None => files.boxed(),
+        };
+        let schema = Arc::clone(&self.schema);
+        let batches = files.try_chunks(LIST_BATCH).map(move |chunk| {
+            let files = chunk.map_err(|e| e.1)?;
+            to_batch(&schema, &files)
+        });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            Arc::clone(&self.schema),
+            batches,
+        )))
+    }
+}
+
+fn to_file(loc: &Location, source: &str, meta: ObjectMeta) -> File {
+    let full = meta.location.as_ref();
+    let prefix = loc.prefix.as_ref();
+    let path = if prefix.is_empty() {
+        full
+    } else {
+        full.strip_prefix(prefix)
+            .map(|p| p.trim_start_matches('/'))
+            .unwrap_or(full)
+    };
+    File {
+        source: source.to_string(),
+        path: path.to_string(),
+        size: meta.size,
+        version: meta.version,
+        etag: meta.e_tag,
+        last_modified: Some(meta.last_modified.timestamp_millis()),
+        location: None,
+    }
+}
+
+fn to_batch(schema: &SchemaRef, files: &[File]) -> DfResult<RecordBatch> {
+    if schema.fields().is_empty() {
+        let opts = RecordBatchOptions::new().with_row_count(Some(files.len()));
+        return Ok(RecordBatch::try_new_with_options(
+            Arc::clone(schema),
+            vec![],
+            &opts,
+        )?);
+    }
+    let field = Field::new("file", File::data_type(), false);
+    let array: ArrayRef = encode_column(&field, files)
+        .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;
+    Ok(RecordBatch::try_new(Arc::clone(schema), vec![array])?)
+}
+

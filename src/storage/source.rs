@@ -1,0 +1,127 @@
+//! [`StoreSource`]: the engine's [`FileSource`], reading objects from the stores
+//! in DataFusion's registry, preferring a local copy when a cache holds one.
+//!
+//! Guarantees: every network read runs on the I/O runtime captured at creation
+//! (never on the UDF pool), and is aborted when the reading future is dropped.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Range;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use datafusion::execution::runtime_env::RuntimeEnv;
+use datafusion::object_store::{ObjectStore, ObjectStoreExt, path::Path};
+use tokio::runtime::Handle;
+use udfchain_udfs::{File, FileSource, UdfError};
+
+use super::{Location, open_store};
+use crate::session::spawn_on;
+
+/// Where local copies of files may be found (prefetch temp dirs, the shared cache).
+pub trait LocalCopies: Send + Sync + std::fmt::Debug {
+    fn local_path(&self, file: &File) -> Option<PathBuf>;
+}
+
+/// Reads `File`s from object stores.
+#[derive(Debug)]
+pub struct StoreSource {
+    env: Arc<RuntimeEnv>,
+    io: Handle,
+    options: BTreeMap<String, String>,
+    stores: Mutex<HashMap<String, (Arc<dyn ObjectStore>, Location)>>,
+    local: Option<Arc<dyn LocalCopies>>,
+}
+
+impl StoreSource {
+    /// Must be created inside the I/O runtime: its handle runs every read.
+    pub fn new(
+        env: Arc<RuntimeEnv>,
+        options: BTreeMap<String, String>,
+        local: Option<Arc<dyn LocalCopies>>,
+    ) -> Self {
+        Self {
+            env,
+            io: Handle::current(),
+            options,
+            stores: Mutex::new(HashMap::new()),
+            local,
+        }
+    }
+
+    /// The store and object path of `file`.
+    pub fn resolve(&self, file: &File) -> Result<(Arc<dyn ObjectStore>, Path), UdfError> {
+        let read_err = |e: crate::Error| UdfError::Read {
+            url: file.url(),
+            source: Box::new(e),
+        };
+        let mut stores = self.stores.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((store, loc)) = stores.get(&file.source) {
+            return Ok((Arc::clone(store), loc.child(&file.path)));
+        }
+        let loc = Location::of_source(&file.source).map_err(read_err)?;
+        let store = open_store(&self.env, &loc, &self.options).map_err(read_err)?;
+        let path = loc.child(&file.path);
+        stores.insert(file.source.clone(), (Arc::clone(&store), loc));
+        Ok((store, path))
+    }
+}
+
+#[async_trait]
+impl FileSource for StoreSource {
+    async fn read(&self, file: &File) -> Result<Bytes, UdfError> {
+        if let Some(p) = self.local_path(file) {
+            return tokio::fs::read(&p)
+                .await
+                .map(Bytes::from)
+                .map_err(|e| read_error(file, e));
+        }
+        let (store, path) = self.resolve(file)?;
+        let task = spawn_on(&self.io, async move {
+            match store.get(&path).await {
+                Ok(r) => r.bytes().await,
+                Err(e) => Err(e),
+            }
+        });
+        task.await
+            .map_err(|e| read_error(file, std::io::Error::other(e)))?
+            .map_err(|e| read_error(file, e))
+    }
+
+    async fn read_range(&self, file: &File, range: Range<u64>) -> Result<Bytes, UdfError> {
+        if range.start >= range.end {
+            return Ok(Bytes::new());
+        }
+        if let Some(p) = self.local_path(file) {
+            return read_local_range(&p, range)
+                .await
+                .map_err(|e| read_error(file, e));
+        }
+        let (store, path) = self.resolve(file)?;
+        let task = spawn_on(&self.io, async move { store.get_range(&path, range).await });
+        task.await
+            .map_err(|e| read_error(file, std::io::Error::other(e)))?
+            .map_err(|e| read_error(file, e))
+    }
+
+    fn local_path(&self, file: &File) -> Option<PathBuf> {
+        self.local.as_ref()?.local_path(file)
+    }
+}
+
+fn read_error(file: &File, e: impl std::error::Error + Send + Sync + 'static) -> UdfError {
+    UdfError::Read {
+        url: file.url(),
+        source: Box::new(e),
+    }
+}
+
+async fn read_local_range(path: &std::path::Path, range: Range<u64>) -> std::io::Result<Bytes> {
+    use tokio::io::{AsyncReadExt, AsyncSeekExt};
+    let mut f = tokio::fs::File::open(path).await?;
+    f.seek(std::io::SeekFrom::Start(range.start)).await?;
+    let mut buf = Vec::with_capacity((range.end - range.start) as usize);
+    f.take(range.end - range.start).read_to_end(&mut buf).await?;
+    Ok(Bytes::from(buf))
+}

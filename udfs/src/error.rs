@@ -1,0 +1,57 @@
+//! Errors a UDF call can return. The engine adds the UDF name and file URL.
+
+/// Any error a user function returns.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Errors raised by the UDF contract itself (reading files, converting values).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum UdfError {
+    /// Reading an object's bytes failed.
+    #[error("reading {url}: {source}")]
+    Read {
+        url: String,
+        #[source]
+        source: BoxError,
+    },
+    /// `File::read` and friends were called outside a UDF run by the engine and no
+    /// source was given explicitly.
+    #[error("no file source: File::read must run inside a udfchain UDF (or use with_file_source)")]
+    NoFileSource,
+    /// Converting between Arrow and Rust values failed.
+    #[error("converting {what} between Arrow and Rust values: {message}")]
+    Convert { what: String, message: String },
+    /// A UDF broke its contract (e.g. a batch mapper returned the wrong number of values).
+    #[error("{0}")]
+    Contract(String),
+}
+
+/// The error of one UDF call, with the row (within the call's input) that failed
+/// when it is known. The engine turns `row` into a file URL and a row number.
+#[derive(Debug)]
+pub struct CallError {
+    pub row: Option<usize>,
+    pub source: BoxError,
+}
+
+impl CallError {
+    pub fn at_row(row: usize, source: impl Into<BoxError>) -> Self {
+        Self {
+            row: Some(row),
+            source: source.into(),
+        }
+    }
+
+    pub fn whole(source: impl Into<BoxError>) -> Self {
+        Self {
+            row: None,
+            source: source.into(),
+        }
+    }
+}
+
+impl From<UdfError> for CallError {
+    fn from(e: UdfError) -> Self {
+        Self::whole(e)
+    }
+}

@@ -1,0 +1,284 @@
+//! [`File`]: the value a UDF receives for a stored object, and how it reads bytes.
+//!
+//! A `File` is plain data (source URL, relative path, size, version, etag, ...);
+//! reading goes through the [`FileSource`] the engine installs around each UDF call
+//! with [`with_file_source`]. So the same `File` reads a prefetched local copy, a
+//! shared-cache entry or the object store, and the UDF does not need to know which.
+
+use std::fmt::Debug;
+use std::io::SeekFrom;
+use std::ops::Range;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use datafusion::arrow::datatypes::{DataType, Field, Fields, TimeUnit};
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncRead, AsyncSeek, ReadBuf};
+
+use crate::error::UdfError;
+
+/// A stored object (or a virtual file inside one).
+///
+/// `source` is the URL of the listed prefix (`s3://bucket/images`, `file:///data`,
+/// `memory:///x`) and `path` is relative to it, so the same data listed from two
+/// stores gives equal paths. `location` describes a virtual file (a tar member, a
+/// parquet row range) inside the object at `path`; it is `None` for whole objects.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct File {
+    pub source: String,
+    pub path: String,
+    pub size: u64,
+    pub version: Option<String>,
+    pub etag: Option<String>,
+    /// Milliseconds since the Unix epoch, UTC (Arrow `Timestamp(ms, UTC)`).
+    pub last_modified: Option<i64>,
+    pub location: Option<String>,
+}
+
+impl File {
+    /// The Arrow fields of the `file` struct column, in order.
+    pub fn fields() -> Fields {
+        Fields::from(vec![
+            Field::new("source", DataType::Utf8, false),
+            Field::new("path", DataType::Utf8, false),
+            Field::new("size", DataType::UInt64, false),
+            Field::new("version", DataType::Utf8, true),
+            Field::new("etag", DataType::Utf8, true),
+            Field::new(
+                "last_modified",
+                DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())),
+                true,
+            ),
+            Field::new("location", DataType::Utf8, true),
+        ])
+    }
+
+    /// The Arrow type of a `File` value.
+    pub fn data_type() -> DataType {
+        DataType::Struct(Self::fields())
+    }
+
+    /// True when an Arrow type has the shape of a `File` (same field names in order).
+    pub fn is_file_type(dt: &DataType) -> bool {
+        match dt {
+            DataType::Struct(fields) => {
+                let want = Self::fields();
+                fields.len() == want.len()
+                    && fields.iter().zip(want.iter()).all(|(a, b)| a.name() == b.name())
+            }
+            _ => false,
+        }
+    }
+
+    /// `source/path`, the full URL of the object.
+    pub fn url(&self) -> String {
+        if self.source.is_empty() {
+            return self.path.clone();
+        }
+        format!("{}/{}", self.source.trim_end_matches('/'), self.path)
+    }
+
+    /// The last path segment.
+    pub fn name(&self) -> &str {
+        self.path.rsplit('/').next().unwrap_or(&self.path)
+    }
+
+    /// Reads the whole object.
+    ///
+    /// # Cancel safety
+    /// Dropping the future cancels the read; nothing is left behind.
+    pub async fn read(&self) -> Result<Bytes, UdfError> {
+        current_source()?.read(self).await
+    }
+
+    /// Reads `range` (byte offsets, end exclusive) of the object.
+    ///
+    /// # Cancel safety
+    /// Dropping the future cancels the read; nothing is left behind.
+    pub async fn read_range(&self, range: Range<u64>) -> Result<Bytes, UdfError> {
+        current_source()?.read_range(self, range).await
+    }
+
+    /// Reads the whole object as UTF-8 text.
+    pub async fn read_text(&self) -> Result<String, UdfError> {
+        let bytes = self.read().await?;
+        String::from_utf8(bytes.to_vec()).map_err(|e| UdfError::Read {
+            url: self.url(),
+            source: Box::new(e),
+        })
+    }
+
+    /// The local path of a copy the engine already holds (prefetched or cached).
+    pub fn local_path(&self) -> Option<PathBuf> {
+        current_source().ok()?.local_path(self)
+    }
+
+    /// Opens the object for seekable streaming reads. A local copy is read from
+    /// disk; otherwise bytes are fetched by range on demand, so reading a header
+    /// of a large object transfers only about the header.
+    pub async fn open(&self) -> Result<FileReader, UdfError> {
+        let source = current_source()?;
+        if let Some(path) = source.local_path(self) {
+            let f = tokio::fs::File::open(&path)
+                .await
+                .map_err(|e| UdfError::Read {
+                    url: self.url(),
+                    source: Box::new(e),
+                })?;
+            return Ok(FileReader::Local(f));
+        }
+        Ok(FileReader::Remote(RemoteReader {
+            file: self.clone(),
+            source,
+            pos: 0,
+            buf: Bytes::new(),
+            buf_start: 0,
+            chunk: MIN_CHUNK,
+            pending: None,
+        }))
+    }
+}
+
+/// Where a UDF's `File` reads come from. The engine implements it over object
+/// stores and caches; tests and tools may implement it over anything.
+#[async_trait]
+pub trait FileSource: Send + Sync + Debug {
+    /// Reads the whole object.
+    async fn read(&self, file: &File) -> Result<Bytes, UdfError>;
+    /// Reads a byte range of the object.
+    async fn read_range(&self, file: &File, range: Range<u64>) -> Result<Bytes, UdfError>;
+    /// The path of a complete local copy, if one exists now.
+    fn local_path(&self, _file: &File) -> Option<PathBuf> {
+        None
+    }
+}
+
+tokio::task_local! {
+    static FILE_SOURCE: Arc<dyn FileSource>;
+}
+
+/// Runs `fut` with `source` serving every `File` read made inside it.
+pub async fn with_file_source<F: Future>(source: Arc<dyn FileSource>, fut: F) -> F::Output {
+    FILE_SOURCE.scope(source, fut).await
+}
+
+fn current_source() -> Result<Arc<dyn FileSource>, UdfError> {
+    FILE_SOURCE
+        .try_with(Arc::clone)
+        .map_err(|_| UdfError::NoFileSource)
+}
+
+const MIN_CHUNK: u64 = 64 * 1024;
+const MAX_CHUNK: u64 = 8 * 1024 * 1024;
+
+/// A seekable async reader over a [`File`] (see [`File::open`]).
+pub enum FileReader {
+    Local(tokio::fs::File),
+    Remote(RemoteReader),
+}
+
+/// Reads a remote object by ranges: the first read fetches 64 KiB, each following
+/// sequential read doubles the chunk up to 8 MiB; a seek resets it.
+pub struct RemoteReader {
+    file: File,
+    source: Arc<dyn FileSource>,
+    pos: u64,
+    buf: Bytes,
+    buf_start: u64,
+    chunk: u64,
+    pending: Option<BoxFuture<'static, Result<Bytes, UdfError>>>,
+}
+
+impl Debug for FileReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Local(_) => f.write_str("FileReader::Local"),
+            Self::Remote(r) => write!(f, "FileReader::Remote({})", r.file.url()),
+        }
+    }
+}
+
+impl AsyncRead for FileReader {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        out: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Self::Local(f) => Pin::new(f).poll_read(cx, out),
+            Self::Remote(r) => r.poll_read(cx, out),
+        }
+    }
+}
+
+impl AsyncSeek for FileReader {
+    fn start_seek(self: Pin<&mut Self>, position: SeekFrom) -> std::io::Result<()> {
+        match self.get_mut() {
+            Self::Local(f) => Pin::new(f).start_seek(position),
+            Self::Remote(r) => r.start_seek(position),
+        }
+    }
+
+    fn poll_complete(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<u64>> {
+        match self.get_mut() {
+            Self::Local(f) => Pin::new(f).poll_complete(cx),
+            Self::Remote(r) => Poll::Ready(Ok(r.pos)),
+        }
+    }
+}
+
+impl RemoteReader {
+    fn poll_read(&mut self, cx: &mut Context<'_>, out: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        loop {
+            let buf_end = self.buf_start + self.buf.len() as u64;
+            if self.pos >= self.buf_start && self.pos < buf_end {
+                let off = (self.pos - self.buf_start) as usize;
+                let n = out.remaining().min(self.buf.len() - off);
+                out.put_slice(&self.buf[off..off + n]);
+                self.pos += n as u64;
+                return Poll::Ready(Ok(()));
+            }
+            if self.pos >= self.file.size {
+                return Poll::Ready(Ok(()));
+            }
+            let fut = match &mut self.pending {
+                Some(f) => f,
+                None => {
+                    if self.pos != buf_end {
+                        self.chunk = MIN_CHUNK;
+                    }
+                    let end = (self.pos + self.chunk).min(self.file.size);
+                    let (source, file, start) = (self.source.clone(), self.file.clone(), self.pos);
+                    self.pending
+                        .insert(Box::pin(async move { source.read_range(&file, start..end).await }))
+                }
+            };
+            let bytes = ready!(fut.as_mut().poll(cx)).map_err(std::io::Error::other)?;
+            self.pending = None;
+            self.chunk = (self.chunk * 2).min(MAX_CHUNK);
+            if bytes.is_empty() {
+                return Poll::Ready(Ok(()));
+            }
+            self.buf_start = self.pos;
+            self.buf = bytes;
+        }
+    }
+
+    fn start_seek(&mut self, position: SeekFrom) -> std::io::Result<()> {
+        let new = match position {
+            SeekFrom::Start(p) => Some(p),
+            SeekFrom::End(d) => self.file.size.checked_add_signed(d),
+            SeekFrom::Current(d) => self.pos.checked_add_signed(d),
+        };
+        self.pos = new.ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, "seek before the start")
+        })?;
+        self.pending = None;
+        Ok(())
+    }
+}

@@ -1,0 +1,34 @@
+//! The udfchain UDF contract and built-in UDFs.
+//!
+//! A UDF is one of four kinds, each a dyn-safe trait working on Arrow data:
+//! [`Mapper`] (one row in, one value out), [`Generator`] (one row in, a stream of
+//! rows out), [`BatchMapper`] (many rows in, as many values out) and [`Aggregator`]
+//! (one group of rows in, zero or more rows out). Users rarely implement them by
+//! hand: [`map_fn`], [`gen_fn`], [`batch_map_fn`] and [`agg_fn`] wrap plain typed
+//! async Rust functions, converting Arrow to Rust values once per batch with
+//! `serde_arrow`.
+//!
+//! A UDF reads the bytes of a stored object through its [`File`] value
+//! ([`File::read`], [`File::read_range`], [`File::open`]); the engine decides where
+//! those bytes come from (a prefetched local copy, the shared cache, or the store)
+//! by installing a [`FileSource`] around each call.
+//!
+//! This crate depends on Arrow and serde, never on the engine.
+
+mod codec;
+mod error;
+mod file;
+mod signature;
+pub mod udf;
+
+pub use codec::{decode_column, decode_rows, encode_column, trace_field};
+pub use error::{BoxError, CallError, UdfError};
+pub use file::{File, FileReader, FileSource, with_file_source};
+pub use signature::{Signature, check_input_type};
+pub use udf::{
+    Aggregator, BatchMapper, Generator, Mapper, agg_fn, batch_map_fn, gen_fn, map_fn,
+};
+
+/// Re-exports so UDF authors use exactly the Arrow and object_store the engine uses.
+pub use datafusion::arrow;
+pub use datafusion::object_store;

@@ -1,0 +1,74 @@
+//! Aggregator: one group of rows in, zero or more values out.
+
+use std::fmt::Debug;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::array::{ArrayRef, RecordBatch};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::codec::{decode_rows, encode_column};
+use crate::error::{BoxError, CallError, UdfError};
+use crate::signature::Signature;
+
+/// Called once per group (rows with equal `partition_by` values).
+#[async_trait]
+pub trait Aggregator: Send + Sync + Debug {
+    fn signature(&self) -> &Signature;
+    /// Returns any number of values for the group's rows.
+    async fn aggregate(&self, group: RecordBatch) -> Result<ArrayRef, CallError>;
+}
+
+/// Wraps `async fn(Vec<I>) -> Result<Vec<O>, E>` as an [`Aggregator`].
+pub fn agg_fn<I, O, E, F, Fut>(
+    params: &[&str],
+    output: &str,
+    f: F,
+) -> Result<Arc<dyn Aggregator>, UdfError>
+where
+    I: DeserializeOwned + Send + 'static,
+    O: Serialize + DeserializeOwned + Send + 'static,
+    E: Into<BoxError> + 'static,
+    F: Fn(Vec<I>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Vec<O>, E>> + Send,
+{
+    Ok(Arc::new(TypedAggregator {
+        signature: super::typed_signature::<F, I, O>(params, output)?,
+        f,
+        _types: PhantomData,
+    }))
+}
+
+struct TypedAggregator<I, O, F> {
+    signature: Signature,
+    f: F,
+    _types: PhantomData<fn(I) -> O>,
+}
+
+impl<I, O, F> Debug for TypedAggregator<I, O, F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Aggregator({})", self.signature.name)
+    }
+}
+
+#[async_trait]
+impl<I, O, E, F, Fut> Aggregator for TypedAggregator<I, O, F>
+where
+    I: DeserializeOwned + Send + 'static,
+    O: Serialize + DeserializeOwned + Send + 'static,
+    E: Into<BoxError> + 'static,
+    F: Fn(Vec<I>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Vec<O>, E>> + Send,
+{
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    async fn aggregate(&self, group: RecordBatch) -> Result<ArrayRef, CallError> {
+        let items: Vec<I> = decode_rows(&group, &self.signature.params)?;
+        let out = (self.f)(items).await.map_err(CallError::whole)?;
+        Ok(encode_column(&self.signature.output, &out)?)
+    }
+}
