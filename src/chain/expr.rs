@@ -10,5 +10,5 @@ use datafusion::prelude::ident;
 pub fn col(name: &str) -> Expr {
     let mut parts = name.split('.');
     let first = parts.next().unwrap_or(name);
-    parts.fold(ident(first), |e, field| get_field(e, field))
+    parts.fold(ident(first), get_field)
 }

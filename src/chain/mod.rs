@@ -58,7 +58,10 @@ enum Step {
     Select(Vec<Expr>),
     Mutate(String, Expr),
     OrderBy(Vec<SortExpr>),
-    Limit { skip: usize, fetch: Option<usize> },
+    Limit {
+        skip: usize,
+        fetch: Option<usize>,
+    },
     Distinct,
     Union(Box<Chain>),
     Join {
@@ -67,8 +70,14 @@ enum Step {
         left_on: Vec<String>,
         right_on: Vec<String>,
     },
-    GroupBy { keys: Vec<Expr>, aggs: Vec<Expr> },
-    Udf { kind: UdfKind, settings: Settings },
+    GroupBy {
+        keys: Vec<Expr>,
+        aggs: Vec<Expr>,
+    },
+    Udf {
+        kind: UdfKind,
+        settings: Settings,
+    },
     Fail(Error),
 }
 
@@ -140,7 +149,10 @@ impl Chain {
         Self::from_values_in(Session::global(), values)
     }
 
-    pub fn from_values_in<T: Serialize + DeserializeOwned>(session: Arc<Session>, values: &[T]) -> Self {
+    pub fn from_values_in<T: Serialize + DeserializeOwned>(
+        session: Arc<Session>,
+        values: &[T],
+    ) -> Self {
         match values_table(values) {
             Ok(t) => Self::new(session, Source::Table(t)),
             Err(e) => Self::new(session, Source::Plan(empty_plan())).fail(e),
@@ -208,11 +220,17 @@ impl Chain {
     }
 
     pub fn limit(self, n: usize) -> Self {
-        self.step(Step::Limit { skip: 0, fetch: Some(n) })
+        self.step(Step::Limit {
+            skip: 0,
+            fetch: Some(n),
+        })
     }
 
     pub fn offset(self, n: usize) -> Self {
-        self.step(Step::Limit { skip: n, fetch: None })
+        self.step(Step::Limit {
+            skip: n,
+            fetch: None,
+        })
     }
 
     pub fn distinct(self) -> Self {
@@ -235,7 +253,11 @@ impl Chain {
     }
 
     /// Groups by `keys` and computes DataFusion aggregates (`count`, `sum`, ...).
-    pub fn group_by(self, keys: impl IntoIterator<Item = Expr>, aggs: impl IntoIterator<Item = Expr>) -> Self {
+    pub fn group_by(
+        self,
+        keys: impl IntoIterator<Item = Expr>,
+        aggs: impl IntoIterator<Item = Expr>,
+    ) -> Self {
         self.step(Step::GroupBy {
             keys: keys.into_iter().collect(),
             aggs: aggs.into_iter().collect(),
@@ -353,7 +375,13 @@ impl Chain {
 
     /// One call per group of rows with equal `partition_by` values, reading
     /// `params`; the result has the key columns and `output`.
-    pub fn agg<I, O, E, F, Fut>(self, partition_by: &[&str], params: &[&str], output: &str, f: F) -> Self
+    pub fn agg<I, O, E, F, Fut>(
+        self,
+        partition_by: &[&str],
+        params: &[&str],
+        output: &str,
+        f: F,
+    ) -> Self
     where
         I: DeserializeOwned + Send + 'static,
         O: Serialize + DeserializeOwned + Send + 'static,
@@ -362,7 +390,10 @@ impl Chain {
         Fut: Future<Output = std::result::Result<Vec<O>, E>> + Send,
     {
         let keys = partition_by.iter().map(|s| s.to_string()).collect();
-        let udf = agg_fn(params, output, f).map(|udf| UdfKind::Agg { udf, partition_by: keys });
+        let udf = agg_fn(params, output, f).map(|udf| UdfKind::Agg {
+            udf,
+            partition_by: keys,
+        });
         self.udf(udf)
     }
 
@@ -394,26 +425,46 @@ impl Chain {
             Ok(())
         };
         let df = match &self.source {
-            Source::Storage { uri, recursive, glob } => {
+            Source::Storage {
+                uri,
+                recursive,
+                glob,
+            } => {
                 let table = StorageTable::try_new(uri, *recursive, glob.clone(), options.clone())?;
-                return Ok(LogicalPlanBuilder::scan("storage", provider_as_source(Arc::new(table)), None)?.build()?);
+                return Ok(LogicalPlanBuilder::scan(
+                    "storage",
+                    provider_as_source(Arc::new(table)),
+                    None,
+                )?
+                .build()?);
             }
             Source::Table(t) => {
-                return Ok(LogicalPlanBuilder::scan("values", provider_as_source(Arc::clone(t)), None)?.build()?);
+                return Ok(LogicalPlanBuilder::scan(
+                    "values",
+                    provider_as_source(Arc::clone(t)),
+                    None,
+                )?
+                .build()?);
             }
             Source::Plan(p) => return Ok(p.clone()),
             Source::Parquet(uri) => {
                 open(uri)?;
-                ctx.read_parquet(uri.as_str(), ParquetReadOptions::default()).await?
+                ctx.read_parquet(uri.as_str(), ParquetReadOptions::default())
+                    .await?
             }
             Source::Csv(uri) => {
                 open(uri)?;
-                ctx.read_csv(uri.as_str(), CsvReadOptions::default()).await?
+                ctx.read_csv(uri.as_str(), CsvReadOptions::default())
+                    .await?
             }
             Source::Json(uri) => {
                 open(uri)?;
                 let opts = JsonReadOptions {
-                    file_extension: if uri.ends_with(".jsonl") { ".jsonl" } else { ".json" },
+                    file_extension: if uri.ends_with(".jsonl") {
+                        ".jsonl"
+                    } else {
+                        ".json"
+                    },
                     ..Default::default()
                 };
                 ctx.read_json(uri.as_str(), opts).await?
@@ -435,9 +486,15 @@ impl Chain {
             Step::Limit { skip, fetch } => b.limit(*skip, *fetch)?.build()?,
             Step::Distinct => b.distinct()?.build()?,
             Step::Union(other) => b.union_by_name(other.logical_plan().await?)?.build()?,
-            Step::Join { right, how, left_on, right_on } => {
+            Step::Join {
+                right,
+                how,
+                left_on,
+                right_on,
+            } => {
                 let right = right.logical_plan().await?;
-                b.join(right, *how, (left_on.clone(), right_on.clone()), None)?.build()?
+                b.join(right, *how, (left_on.clone(), right_on.clone()), None)?
+                    .build()?
             }
             Step::GroupBy { keys, aggs } => b.aggregate(keys.clone(), aggs.clone())?.build()?,
             Step::Udf { kind, settings } => {
@@ -449,7 +506,10 @@ impl Chain {
     }
 
     async fn dataframe(&self) -> Result<DataFrame> {
-        Ok(DataFrame::new(self.session.state(), self.logical_plan().await?))
+        Ok(DataFrame::new(
+            self.session.state(),
+            self.logical_plan().await?,
+        ))
     }
 
     /// Runs the chain and returns all result batches.
@@ -464,8 +524,12 @@ impl Chain {
     pub async fn to_rows<T: DeserializeOwned>(&self) -> Result<Vec<T>> {
         let mut out = Vec::new();
         for batch in self.collect().await? {
-            let rows: Vec<T> = serde_arrow::from_record_batch(&batch)
-                .map_err(|e| Error::plan(format!("converting rows to {}: {e}", std::any::type_name::<T>())))?;
+            let rows: Vec<T> = serde_arrow::from_record_batch(&batch).map_err(|e| {
+                Error::plan(format!(
+                    "converting rows to {}: {e}",
+                    std::any::type_name::<T>()
+                ))
+            })?;
             out.extend(rows);
         }
         Ok(out)
@@ -510,7 +574,10 @@ impl Chain {
             )?;
         }
         let opts = DataFrameWriteOptions::new().with_single_file_output(true);
-        self.dataframe().await?.write_parquet(uri, opts, None).await?;
+        self.dataframe()
+            .await?
+            .write_parquet(uri, opts, None)
+            .await?;
         Ok(())
     }
 
@@ -540,7 +607,8 @@ impl Chain {
 fn values_table<T: Serialize + DeserializeOwned>(values: &[T]) -> Result<Arc<dyn TableProvider>> {
     use datafusion::arrow::datatypes::{DataType, Schema};
     let field = udfchain_udfs::trace_field::<T>("value").map_err(|e| Error::plan(e.to_string()))?;
-    let array = udfchain_udfs::encode_column(&field, values).map_err(|e| Error::plan(e.to_string()))?;
+    let array =
+        udfchain_udfs::encode_column(&field, values).map_err(|e| Error::plan(e.to_string()))?;
     let batch = match field.data_type() {
         DataType::Struct(_) => {
             let s = datafusion::arrow::array::StructArray::from(array.to_data());
@@ -549,7 +617,10 @@ fn values_table<T: Serialize + DeserializeOwned>(values: &[T]) -> Result<Arc<dyn
         _ => RecordBatch::try_new(Arc::new(Schema::new(vec![field.clone()])), vec![array])
             .map_err(|e| Error::from(datafusion::error::DataFusionError::from(e)))?,
     };
-    Ok(Arc::new(MemTable::try_new(batch.schema(), vec![vec![batch]])?))
+    Ok(Arc::new(MemTable::try_new(
+        batch.schema(),
+        vec![vec![batch]],
+    )?))
 }
 
 fn empty_plan() -> LogicalPlan {

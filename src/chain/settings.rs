@@ -119,9 +119,23 @@ impl Settings {
         macro_rules! take {
             ($($f:ident),*) => { $( if other.$f.is_some() { self.$f = other.$f.clone(); } )* };
         }
-        take!(prefetch, cache, parallel, workers, batch_size, ordered, max_connections, on_error, root);
-        self.storage_options
-            .extend(other.storage_options.iter().map(|(k, v)| (k.clone(), v.clone())));
+        take!(
+            prefetch,
+            cache,
+            parallel,
+            workers,
+            batch_size,
+            ordered,
+            max_connections,
+            on_error,
+            root
+        );
+        self.storage_options.extend(
+            other
+                .storage_options
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone())),
+        );
         self
     }
 
@@ -134,9 +148,7 @@ impl Settings {
     }
 
     pub fn get_parallel(&self) -> usize {
-        self.parallel
-            .unwrap_or_else(crate::session::cores)
-            .max(1)
+        self.parallel.unwrap_or_else(crate::session::cores).max(1)
     }
 
     pub fn get_workers(&self) -> usize {

@@ -99,13 +99,18 @@ impl ExecutionPlan for AggregateExec {
     }
 
     fn required_input_ordering(&self) -> Vec<Option<OrderingRequirements>> {
-        let reqs = self.keys.iter().map(|(i, name)| {
-            PhysicalSortRequirement::new(Arc::new(Column::new(name, *i)), None)
-        });
+        let reqs = self
+            .keys
+            .iter()
+            .map(|(i, name)| PhysicalSortRequirement::new(Arc::new(Column::new(name, *i)), None));
         vec![LexRequirement::new(reqs).map(OrderingRequirements::new)]
     }
 
-    fn execute(&self, partition: usize, ctx: Arc<TaskContext>) -> DfResult<SendableRecordBatchStream> {
+    fn execute(
+        &self,
+        partition: usize,
+        ctx: Arc<TaskContext>,
+    ) -> DfResult<SendableRecordBatchStream> {
         let input = self.input.execute(partition, Arc::clone(&ctx))?;
         let call = Arc::clone(&self.call);
         let udf = Arc::clone(&self.udf);
@@ -131,7 +136,10 @@ impl ExecutionPlan for AggregateExec {
                 async move {
                     let (base, group) = part?;
                     let params = call.params_batch(&group)?;
-                    let values: ArrayRef = match call.run(source, async move { udf.aggregate(params).await }).await {
+                    let values: ArrayRef = match call
+                        .run(source, async move { udf.aggregate(params).await })
+                        .await
+                    {
                         Ok(v) => v,
                         Err(f) => match call.on_error {
                             OnError::Fail => return Err(call.locate(f, &group, base)),
@@ -142,14 +150,18 @@ impl ExecutionPlan for AggregateExec {
                         return Ok(None);
                     }
                     let keys = group.project(&key_idx)?;
-                    let repeated = RecordBatch::try_new(keys.schema(), repeat_row(&keys, 0, values.len())?)?;
+                    let repeated =
+                        RecordBatch::try_new(keys.schema(), repeat_row(&keys, 0, values.len())?)?;
                     append_column(&schema, &repeated, values).map(Some)
                 }
             })
             .buffered(self.call.parallel)
             .try_filter_map(|b| futures::future::ready(Ok(b)))
             .inspect_ok(move |b| baseline.record_output(b.num_rows()));
-        Ok(Box::pin(RecordBatchStreamAdapter::new(Arc::clone(&self.schema), stream)))
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            Arc::clone(&self.schema),
+            stream,
+        )))
     }
 }
 
@@ -232,15 +244,20 @@ impl Grouper {
             self.pieces.push(batch.clone());
             return Ok(());
         }
-        let cols: Vec<ArrayRef> = self.keys.iter().map(|&i| Arc::clone(batch.column(i))).collect();
+        let cols: Vec<ArrayRef> = self
+            .keys
+            .iter()
+            .map(|&i| Arc::clone(batch.column(i)))
+            .collect();
         let rows = self.converter.convert_columns(&cols)?;
         for range in partition(&cols)?.ranges() {
             let key = rows.row(range.start);
-            if !self.current.as_ref().is_some_and(|k| k.row() == key) {
+            if self.current.as_ref().is_none_or(|k| k.row() != key) {
                 self.flush()?;
                 self.current = Some(key.owned());
             }
-            self.pieces.push(batch.slice(range.start, range.end - range.start));
+            self.pieces
+                .push(batch.slice(range.start, range.end - range.start));
         }
         Ok(())
     }

@@ -14,7 +14,9 @@ use datafusion::error::Result as DfResult;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_plan::metrics::{BaselineMetrics, ExecutionPlanMetricsSet};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties};
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties,
+};
 use futures::stream::{BoxStream, StreamExt, TryStreamExt};
 use udfchain_udfs::BatchMapper;
 
@@ -84,7 +86,11 @@ impl ExecutionPlan for BatchMapExec {
         vec![true]
     }
 
-    fn execute(&self, partition: usize, ctx: Arc<TaskContext>) -> DfResult<SendableRecordBatchStream> {
+    fn execute(
+        &self,
+        partition: usize,
+        ctx: Arc<TaskContext>,
+    ) -> DfResult<SendableRecordBatchStream> {
         let input = self.input.execute(partition, Arc::clone(&ctx))?;
         let call = Arc::clone(&self.call);
         let udf = Arc::clone(&self.udf);
@@ -99,17 +105,29 @@ impl ExecutionPlan for BatchMapExec {
                 (base, b)
             })
             .map(move |part| {
-                let (call, udf, source, schema) =
-                    (Arc::clone(&call), Arc::clone(&udf), Arc::clone(&source), Arc::clone(&schema));
+                let (call, udf, source, schema) = (
+                    Arc::clone(&call),
+                    Arc::clone(&udf),
+                    Arc::clone(&source),
+                    Arc::clone(&schema),
+                );
                 async move {
                     let (base, batch) = part?;
                     let params = call.params_batch(&batch)?;
-                    match call.run(source, async move { udf.map_batch(params).await }).await {
+                    match call
+                        .run(source, async move { udf.map_batch(params).await })
+                        .await
+                    {
                         Ok(values) => append_column(&schema, &batch, values).map(Some),
                         Err(f) => match call.on_error {
                             OnError::Fail => Err(call.locate(f, &batch, base)),
                             OnError::Skip => Ok(None),
-                            OnError::Null => append_column(&schema, &batch, null_output(&schema, batch.num_rows())).map(Some),
+                            OnError::Null => append_column(
+                                &schema,
+                                &batch,
+                                null_output(&schema, batch.num_rows()),
+                            )
+                            .map(Some),
                         },
                     }
                 }
@@ -117,12 +135,18 @@ impl ExecutionPlan for BatchMapExec {
             .buffered(self.call.parallel)
             .try_filter_map(|b| futures::future::ready(Ok(b)))
             .inspect_ok(move |b| baseline.record_output(b.num_rows()));
-        Ok(Box::pin(RecordBatchStreamAdapter::new(Arc::clone(&self.schema), stream)))
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            Arc::clone(&self.schema),
+            stream,
+        )))
     }
 }
 
 /// Regroups `input` into batches of exactly `rows` rows (the last may be smaller).
-fn rebatch(input: SendableRecordBatchStream, rows: usize) -> BoxStream<'static, DfResult<RecordBatch>> {
+fn rebatch(
+    input: SendableRecordBatchStream,
+    rows: usize,
+) -> BoxStream<'static, DfResult<RecordBatch>> {
     struct State {
         input: SendableRecordBatchStream,
         pending: Vec<RecordBatch>,
@@ -160,7 +184,11 @@ fn rebatch(input: SendableRecordBatchStream, rows: usize) -> BoxStream<'static, 
             let out = all.slice(0, take);
             let rest = all.slice(take, all.num_rows() - take);
             s.pending_rows = rest.num_rows();
-            s.pending = if rest.num_rows() > 0 { vec![rest] } else { vec![] };
+            s.pending = if rest.num_rows() > 0 {
+                vec![rest]
+            } else {
+                vec![]
+            };
             Some((Ok(out), s))
         }
     })

@@ -189,7 +189,11 @@ pub fn repeat_row(batch: &RecordBatch, row: usize, n: usize) -> DfResult<Vec<Arr
 }
 
 /// `batch`'s columns followed by `output`, as a batch of `schema`.
-pub fn append_column(schema: &SchemaRef, batch: &RecordBatch, output: ArrayRef) -> DfResult<RecordBatch> {
+pub fn append_column(
+    schema: &SchemaRef,
+    batch: &RecordBatch,
+    output: ArrayRef,
+) -> DfResult<RecordBatch> {
     let mut cols = batch.columns().to_vec();
     cols.push(output);
     Ok(RecordBatch::try_new(Arc::clone(schema), cols)?)
@@ -237,7 +241,9 @@ macro_rules! unary_exec_boilerplate {
             if children.len() != 1 {
                 return datafusion::common::internal_err!("{} takes one input", $name);
             }
-            Ok(std::sync::Arc::new(self.with_input(children.swap_remove(0))))
+            Ok(std::sync::Arc::new(
+                self.with_input(children.swap_remove(0)),
+            ))
         }
 
         fn metrics(&self) -> Option<datafusion::physical_plan::metrics::MetricsSet> {
@@ -250,7 +256,10 @@ pub(crate) use unary_exec_boilerplate;
 
 /// Plan properties of a UDF operator: `partitions` partitions of unknown layout,
 /// emitting incrementally.
-pub fn udf_properties(schema: SchemaRef, partitions: usize) -> datafusion::physical_plan::PlanProperties {
+pub fn udf_properties(
+    schema: SchemaRef,
+    partitions: usize,
+) -> datafusion::physical_plan::PlanProperties {
     use datafusion::physical_expr::EquivalenceProperties;
     use datafusion::physical_plan::Partitioning;
     use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};

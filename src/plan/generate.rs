@@ -16,12 +16,17 @@ use datafusion::error::Result as DfResult;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_plan::metrics::{BaselineMetrics, ExecutionPlanMetricsSet};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties};
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties,
+};
 use futures::StreamExt;
 use tokio::sync::mpsc;
 use udfchain_udfs::{CallError, FileSource, Generator};
 
-use super::common::{Failure, UdfCall, append_column, null_output, repeat_row, slices, udf_properties, unary_exec_boilerplate};
+use super::common::{
+    Failure, UdfCall, append_column, null_output, repeat_row, slices, udf_properties,
+    unary_exec_boilerplate,
+};
 use crate::chain::OnError;
 use crate::session::PoolTask;
 use crate::storage::source::LocalCopies;
@@ -84,7 +89,11 @@ impl DisplayAs for GenerateExec {
 impl ExecutionPlan for GenerateExec {
     unary_exec_boilerplate!("GenerateExec");
 
-    fn execute(&self, partition: usize, ctx: Arc<TaskContext>) -> DfResult<SendableRecordBatchStream> {
+    fn execute(
+        &self,
+        partition: usize,
+        ctx: Arc<TaskContext>,
+    ) -> DfResult<SendableRecordBatchStream> {
         let state = GenState {
             input: self.input.execute(partition, Arc::clone(&ctx))?,
             source: self.call.file_source(&ctx, self.local.clone()),
@@ -106,7 +115,10 @@ impl ExecutionPlan for GenerateExec {
                 baseline.record_output(b.num_rows());
             }
         });
-        Ok(Box::pin(RecordBatchStreamAdapter::new(Arc::clone(&self.schema), stream)))
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            Arc::clone(&self.schema),
+            stream,
+        )))
     }
 }
 
@@ -156,9 +168,15 @@ impl GenState {
             };
             let job = self.jobs.pop_front()?;
             match self.call.on_error {
-                OnError::Fail => return Some(Err(self.call.locate(failure, &job.row, job.row_number))),
+                OnError::Fail => {
+                    return Some(Err(self.call.locate(failure, &job.row, job.row_number)));
+                }
                 OnError::Null if job.produced == 0 => {
-                    return Some(append_column(&self.schema, &job.row, null_output(&self.schema, 1)));
+                    return Some(append_column(
+                        &self.schema,
+                        &job.row,
+                        null_output(&self.schema, 1),
+                    ));
                 }
                 OnError::Skip | OnError::Null => {}
             }
@@ -197,7 +215,11 @@ impl GenState {
     fn spawn(&self, row: RecordBatch, row_number: u64) -> DfResult<Job> {
         let params = self.call.params_batch(&row)?;
         let (tx, rx) = mpsc::channel(2);
-        let (udf, call, source) = (Arc::clone(&self.udf), Arc::clone(&self.call), Arc::clone(&self.source));
+        let (udf, call, source) = (
+            Arc::clone(&self.udf),
+            Arc::clone(&self.call),
+            Arc::clone(&self.source),
+        );
         let max_rows = call.batch_size;
         let task = crate::session::spawn_on(&tokio::runtime::Handle::current(), async move {
             call.run(source, async move {
@@ -221,8 +243,12 @@ impl GenState {
     }
 
     fn output(&self, values: ArrayRef) -> DfResult<RecordBatch> {
-        let job = self.jobs.front().ok_or_else(|| datafusion::error::DataFusionError::Internal("no job".into()))?;
-        let repeated = RecordBatch::try_new(job.row.schema(), repeat_row(&job.row, 0, values.len())?)?;
+        let job = self
+            .jobs
+            .front()
+            .ok_or_else(|| datafusion::error::DataFusionError::Internal("no job".into()))?;
+        let repeated =
+            RecordBatch::try_new(job.row.schema(), repeat_row(&job.row, 0, values.len())?)?;
         append_column(&self.schema, &repeated, values)
     }
 

@@ -16,11 +16,15 @@ use datafusion::error::Result as DfResult;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_plan::metrics::{BaselineMetrics, ExecutionPlanMetricsSet};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties};
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties,
+};
 use futures::stream::{self, StreamExt, TryStreamExt};
 use udfchain_udfs::Mapper;
 
-use super::common::{UdfCall, append_column, null_output, slices, udf_properties, unary_exec_boilerplate};
+use super::common::{
+    UdfCall, append_column, null_output, slices, udf_properties, unary_exec_boilerplate,
+};
 use crate::chain::OnError;
 use crate::storage::source::LocalCopies;
 
@@ -88,7 +92,11 @@ impl ExecutionPlan for MapExec {
         vec![true]
     }
 
-    fn execute(&self, partition: usize, ctx: Arc<TaskContext>) -> DfResult<SendableRecordBatchStream> {
+    fn execute(
+        &self,
+        partition: usize,
+        ctx: Arc<TaskContext>,
+    ) -> DfResult<SendableRecordBatchStream> {
         let input = self.input.execute(partition, Arc::clone(&ctx))?;
         let call = Arc::clone(&self.call);
         let udf = Arc::clone(&self.udf);
@@ -116,8 +124,12 @@ impl ExecutionPlan for MapExec {
             })
             .try_flatten()
             .map(move |part| {
-                let (call, udf, source, schema) =
-                    (Arc::clone(&call), Arc::clone(&udf), Arc::clone(&source), Arc::clone(&schema));
+                let (call, udf, source, schema) = (
+                    Arc::clone(&call),
+                    Arc::clone(&udf),
+                    Arc::clone(&source),
+                    Arc::clone(&schema),
+                );
                 async move {
                     let (base, chunk) = part?;
                     let params = call.params_batch(&chunk)?;
@@ -126,7 +138,12 @@ impl ExecutionPlan for MapExec {
                         Err(f) => match call.on_error {
                             OnError::Fail => Err(call.locate(f, &chunk, base)),
                             OnError::Skip => Ok(None),
-                            OnError::Null => append_column(&schema, &chunk, null_output(&schema, chunk.num_rows())).map(Some),
+                            OnError::Null => append_column(
+                                &schema,
+                                &chunk,
+                                null_output(&schema, chunk.num_rows()),
+                            )
+                            .map(Some),
                         },
                     }
                 }

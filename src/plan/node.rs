@@ -15,7 +15,9 @@ use datafusion::arrow::datatypes::Field;
 use datafusion::common::{DFSchema, DFSchemaRef};
 use datafusion::error::Result as DfResult;
 use datafusion::logical_expr::{Expr, Extension, LogicalPlan, UserDefinedLogicalNodeCore};
-use udfchain_udfs::{Aggregator, BatchMapper, File, Generator, Mapper, Signature, check_input_type};
+use udfchain_udfs::{
+    Aggregator, BatchMapper, File, Generator, Mapper, Signature, check_input_type,
+};
 
 use crate::chain::Settings;
 use crate::error::{Error, Result};
@@ -103,13 +105,21 @@ fn output_schema(input: &LogicalPlan, kind: &UdfKind) -> Result<DFSchemaRef> {
     let mut types = Vec::with_capacity(sig.params.len());
     for p in &sig.params {
         let idx = in_schema.index_of_column_by_name(None, p).ok_or_else(|| {
-            let known: Vec<_> = in_schema.fields().iter().map(|f| f.name().clone()).collect();
+            let known: Vec<_> = in_schema
+                .fields()
+                .iter()
+                .map(|f| f.name().clone())
+                .collect();
             Error::plan(format!(
                 "UDF {udf} reads column {p:?}, which does not exist (columns: {})",
                 known.join(", ")
             ))
         })?;
-        types.push(Field::new(p, in_schema.field(idx).data_type().clone(), true));
+        types.push(Field::new(
+            p,
+            in_schema.field(idx).data_type().clone(),
+            true,
+        ));
     }
     if let Some(expected) = &sig.input {
         let actual = match types.as_slice() {
@@ -129,7 +139,9 @@ fn output_schema(input: &LogicalPlan, kind: &UdfKind) -> Result<DFSchemaRef> {
             let mut keys = Vec::with_capacity(partition_by.len());
             for k in partition_by {
                 let idx = in_schema.index_of_column_by_name(None, k).ok_or_else(|| {
-                    Error::plan(format!("UDF {udf}: partition_by column {k:?} does not exist"))
+                    Error::plan(format!(
+                        "UDF {udf}: partition_by column {k:?} does not exist"
+                    ))
                 })?;
                 let (q, f) = in_schema.qualified_field(idx);
                 keys.push((q.cloned(), Arc::clone(f)));
@@ -146,7 +158,9 @@ fn output_schema(input: &LogicalPlan, kind: &UdfKind) -> Result<DFSchemaRef> {
             "UDF {udf}: output column {out_name:?} already exists; choose another name"
         )));
     }
-    fields.push((None, Arc::new(sig.output.clone())));
+    // Nullable whatever the UDF's type: `on_error = null` writes nulls, and a
+    // non-nullable column would let the optimizer fold `IS NULL` filters away.
+    fields.push((None, Arc::new(sig.output.clone().with_nullable(true))));
     let schema = DFSchema::new_with_metadata(fields, in_schema.metadata().clone())?;
     Ok(Arc::new(schema))
 }
@@ -204,7 +218,11 @@ impl UserDefinedLogicalNodeCore for UdfNode {
         Ok(())
     }
 
-    fn with_exprs_and_inputs(&self, _exprs: Vec<Expr>, mut inputs: Vec<LogicalPlan>) -> DfResult<Self> {
+    fn with_exprs_and_inputs(
+        &self,
+        _exprs: Vec<Expr>,
+        mut inputs: Vec<LogicalPlan>,
+    ) -> DfResult<Self> {
         let input = inputs.swap_remove(0);
         let schema = output_schema(&input, &self.kind).map_err(Error::into_df)?;
         Ok(Self {

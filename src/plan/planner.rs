@@ -8,8 +8,8 @@ use async_trait::async_trait;
 use datafusion::catalog::Session;
 use datafusion::error::Result as DfResult;
 use datafusion::execution::context::QueryPlanner;
-use datafusion::logical_expr::{LogicalPlan, UserDefinedLogicalNode};
 use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
+use datafusion::logical_expr::{LogicalPlan, UserDefinedLogicalNode};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, PhysicalPlanner};
 use udfchain_udfs::File;
@@ -64,9 +64,9 @@ impl ExtensionPlanner for UdfPlanner {
         let in_schema = input.schema();
         let sig = node.kind.signature();
         let index = |name: &str| {
-            in_schema
-                .index_of(name)
-                .map_err(|_| Error::plan(format!("UDF {}: no input column {name:?}", sig.name)).into_df())
+            in_schema.index_of(name).map_err(|_| {
+                Error::plan(format!("UDF {}: no input column {name:?}", sig.name)).into_df()
+            })
         };
         let mut params = Vec::with_capacity(sig.params.len());
         for p in &sig.params {
@@ -79,7 +79,9 @@ impl ExtensionPlanner for UdfPlanner {
             .filter(|&i| File::is_file_type(in_schema.field(i).data_type()))
             .collect();
         let others: Vec<usize> = (0..in_schema.fields().len())
-            .filter(|i| !file_cols.contains(i) && File::is_file_type(in_schema.field(*i).data_type()))
+            .filter(|i| {
+                !file_cols.contains(i) && File::is_file_type(in_schema.field(*i).data_type())
+            })
             .collect();
         file_cols.extend(others);
         let s = &node.settings;
@@ -96,17 +98,36 @@ impl ExtensionPlanner for UdfPlanner {
         let schema = Arc::new(node.schema().as_arrow().clone());
         let local = None;
         let exec: Arc<dyn ExecutionPlan> = match &node.kind {
-            UdfKind::Map(udf) => Arc::new(MapExec::new(input, Arc::clone(udf), call, local, schema)),
-            UdfKind::Gen(udf) => Arc::new(GenerateExec::new(input, Arc::clone(udf), call, local, schema)),
-            UdfKind::BatchMap(udf) => {
-                Arc::new(BatchMapExec::new(input, Arc::clone(udf), call, local, schema))
+            UdfKind::Map(udf) => {
+                Arc::new(MapExec::new(input, Arc::clone(udf), call, local, schema))
             }
+            UdfKind::Gen(udf) => Arc::new(GenerateExec::new(
+                input,
+                Arc::clone(udf),
+                call,
+                local,
+                schema,
+            )),
+            UdfKind::BatchMap(udf) => Arc::new(BatchMapExec::new(
+                input,
+                Arc::clone(udf),
+                call,
+                local,
+                schema,
+            )),
             UdfKind::Agg { udf, partition_by } => {
                 let mut keys = Vec::with_capacity(partition_by.len());
                 for k in partition_by {
                     keys.push((index(k)?, k.clone()));
                 }
-                Arc::new(AggregateExec::new(input, Arc::clone(udf), call, keys, local, schema))
+                Arc::new(AggregateExec::new(
+                    input,
+                    Arc::clone(udf),
+                    call,
+                    keys,
+                    local,
+                    schema,
+                ))
             }
         };
         Ok(Some(exec))

@@ -98,5 +98,4 @@ impl Session {
     pub(crate) fn state(&self) -> datafusion::execution::SessionState {
         self.ctx.state()
     }
-
 }

@@ -36,7 +36,11 @@ const LIST_BATCH: usize = 256;
 
 /// The schema of a listing: one non-null `file` struct column.
 pub fn file_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![Field::new("file", File::data_type(), false)]))
+    Arc::new(Schema::new(vec![Field::new(
+        "file",
+        File::data_type(),
+        false,
+    )]))
 }
 
 /// Lists the objects under a URI. Cheap to create: nothing is read until a scan runs.
@@ -194,8 +198,8 @@ impl ExecutionPlan for ListingExec {
         context: Arc<TaskContext>,
     ) -> DfResult<SendableRecordBatchStream> {
         let t = &self.table;
-        let store =
-            open_store(context.runtime_env().as_ref(), &t.loc, &t.options).map_err(Error::into_df)?;
+        let store = open_store(context.runtime_env().as_ref(), &t.loc, &t.options)
+            .map_err(Error::into_df)?;
         let loc = t.loc.clone();
         let prefix = (!loc.prefix.as_ref().is_empty()).then(|| loc.prefix.clone());
         let url = loc.source.clone();
@@ -278,4 +282,3 @@ fn to_batch(schema: &SchemaRef, files: &[File]) -> DfResult<RecordBatch> {
         .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;
     Ok(RecordBatch::try_new(Arc::clone(schema), vec![array])?)
 }
-

@@ -71,8 +71,13 @@ impl Location {
             }
         };
         match url.scheme() {
-            "file" | "memory" | "s3" | "s3a" | "gs" | "az" | "abfs" | "abfss" | "http" | "https" => {}
-            other => return Err(invalid(&format!("unsupported scheme {other}:// (use a path, file://, memory://, s3://, gs://, az:// or http(s)://)"))),
+            "file" | "memory" | "s3" | "s3a" | "gs" | "az" | "abfs" | "abfss" | "http"
+            | "https" => {}
+            other => {
+                return Err(invalid(&format!(
+                    "unsupported scheme {other}:// (use a path, file://, memory://, s3://, gs://, az:// or http(s)://)"
+                )));
+            }
         }
         if matches!(url.scheme(), "s3" | "s3a" | "gs" | "az" | "abfs" | "abfss")
             && url.host_str().unwrap_or("").is_empty()

@@ -24,13 +24,16 @@ pub trait LocalCopies: Send + Sync + std::fmt::Debug {
     fn local_path(&self, file: &File) -> Option<PathBuf>;
 }
 
+type Resolved = (Arc<dyn ObjectStore>, Location);
+
 /// Reads `File`s from object stores.
 #[derive(Debug)]
 pub struct StoreSource {
     env: Arc<RuntimeEnv>,
     io: Handle,
     options: BTreeMap<String, String>,
-    stores: Mutex<HashMap<String, (Arc<dyn ObjectStore>, Location)>>,
+    /// Resolved stores by `File::source`.
+    stores: Mutex<HashMap<String, Resolved>>,
     local: Option<Arc<dyn LocalCopies>>,
 }
 
@@ -122,6 +125,8 @@ async fn read_local_range(path: &std::path::Path, range: Range<u64>) -> std::io:
     let mut f = tokio::fs::File::open(path).await?;
     f.seek(std::io::SeekFrom::Start(range.start)).await?;
     let mut buf = Vec::with_capacity((range.end - range.start) as usize);
-    f.take(range.end - range.start).read_to_end(&mut buf).await?;
+    f.take(range.end - range.start)
+        .read_to_end(&mut buf)
+        .await?;
     Ok(Bytes::from(buf))
 }

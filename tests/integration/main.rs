@@ -1,1 +1,9 @@
-fn main(){}
+//! The one integration test binary (every extra binary links DataFusion again).
+
+mod support;
+
+mod errors;
+mod execution;
+mod relational;
+mod sources;
+mod udf_kinds;

@@ -69,7 +69,10 @@ impl File {
             DataType::Struct(fields) => {
                 let want = Self::fields();
                 fields.len() == want.len()
-                    && fields.iter().zip(want.iter()).all(|(a, b)| a.name() == b.name())
+                    && fields
+                        .iter()
+                        .zip(want.iter())
+                        .all(|(a, b)| a.name() == b.name())
             }
             _ => false,
         }
@@ -233,7 +236,11 @@ impl AsyncSeek for FileReader {
 }
 
 impl RemoteReader {
-    fn poll_read(&mut self, cx: &mut Context<'_>, out: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+    fn poll_read(
+        &mut self,
+        cx: &mut Context<'_>,
+        out: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
         loop {
             let buf_end = self.buf_start + self.buf.len() as u64;
             if self.pos >= self.buf_start && self.pos < buf_end {
@@ -254,8 +261,9 @@ impl RemoteReader {
                     }
                     let end = (self.pos + self.chunk).min(self.file.size);
                     let (source, file, start) = (self.source.clone(), self.file.clone(), self.pos);
-                    self.pending
-                        .insert(Box::pin(async move { source.read_range(&file, start..end).await }))
+                    self.pending.insert(Box::pin(async move {
+                        source.read_range(&file, start..end).await
+                    }))
                 }
             };
             let bytes = ready!(fut.as_mut().poll(cx)).map_err(std::io::Error::other)?;

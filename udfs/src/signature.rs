@@ -69,6 +69,9 @@ fn is_string(d: &DataType) -> bool {
 fn is_binary(d: &DataType) -> bool {
     matches!(
         d,
-        DataType::Binary | DataType::LargeBinary | DataType::BinaryView | DataType::FixedSizeBinary(_)
+        DataType::Binary
+            | DataType::LargeBinary
+            | DataType::BinaryView
+            | DataType::FixedSizeBinary(_)
     )
 }

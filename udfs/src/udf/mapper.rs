@@ -70,7 +70,11 @@ where
         let items: Vec<I> = decode_rows(&input, &self.signature.params)?;
         let mut out = Vec::with_capacity(items.len());
         for (row, item) in items.into_iter().enumerate() {
-            out.push((self.f)(item).await.map_err(|e| CallError::at_row(row, e))?);
+            out.push(
+                (self.f)(item)
+                    .await
+                    .map_err(|e| CallError::at_row(row, e))?,
+            );
         }
         Ok(encode_column(&self.signature.output, &out)?)
     }

@@ -1,0 +1,287 @@
+//! Test fixtures: a real S3 server (s3s + s3s-fs) on 127.0.0.1, a request-counting
+//! object store wrapper, and deterministic data.
+
+use std::fmt;
+use std::ops::Range;
+use std::path::{Path as FsPath, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto::Builder as ConnBuilder;
+use object_store::path::Path;
+use object_store::{
+    CopyOptions, GetOptions, GetResult, GetResultPayload, ListResult, MultipartUpload, ObjectMeta,
+    ObjectStore, PutMultipartOptions, PutOptions, PutPayload, PutResult,
+};
+use tempfile::TempDir;
+use udfchain::{Session, Settings};
+
+pub const ACCESS_KEY: &str = "udfchain-test";
+pub const SECRET_KEY: &str = "udfchain-test-secret";
+pub const BUCKET: &str = "bucket";
+
+/// An S3 server on 127.0.0.1 serving `root/<bucket>/...` files as objects.
+pub struct S3Server {
+    pub endpoint: String,
+    root: TempDir,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl S3Server {
+    pub fn start() -> Self {
+        let root = TempDir::new().expect("temp dir");
+        std::fs::create_dir_all(root.path().join(BUCKET)).expect("bucket dir");
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("s3-test-server")
+            .enable_all()
+            .build()
+            .expect("server runtime");
+        let fs = s3s_fs::FileSystem::new(root.path()).expect("s3s-fs");
+        let service = {
+            let mut b = s3s::service::S3ServiceBuilder::new(fs);
+            b.set_auth(s3s::auth::SimpleAuth::from_single(ACCESS_KEY, SECRET_KEY));
+            b.build()
+        };
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let addr = listener.local_addr().expect("local addr");
+        runtime.spawn(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).expect("tokio listener");
+            let http = ConnBuilder::new(TokioExecutor::new());
+            loop {
+                let Ok((socket, _)) = listener.accept().await else {
+                    continue;
+                };
+                let conn = http
+                    .serve_connection(TokioIo::new(socket), service.clone())
+                    .into_owned();
+                tokio::spawn(async move {
+                    let _ = conn.await;
+                });
+            }
+        });
+        Self {
+            endpoint: format!("http://{addr}"),
+            root,
+            runtime: Some(runtime),
+        }
+    }
+
+    /// The directory whose files are the bucket's objects.
+    pub fn bucket_dir(&self) -> PathBuf {
+        self.root.path().join(BUCKET)
+    }
+
+    /// Settings that make `s3://bucket` reach this server.
+    pub fn settings(&self) -> Settings {
+        Settings::new()
+            .storage_option("endpoint", &self.endpoint)
+            .storage_option("allow_http", "true")
+            .storage_option("access_key_id", ACCESS_KEY)
+            .storage_option("secret_access_key", SECRET_KEY)
+            .storage_option("region", "us-east-1")
+            .storage_option("virtual_hosted_style_request", "false")
+    }
+
+    /// A session whose `s3://bucket` is this server.
+    pub fn session(&self) -> Arc<Session> {
+        Session::with_settings(self.settings())
+    }
+}
+
+impl Drop for S3Server {
+    fn drop(&mut self) {
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// Deterministic content of test file `i`.
+pub fn content(i: usize, size: usize) -> Vec<u8> {
+    (0..size).map(|j| ((i * 31 + j * 7) % 251) as u8).collect()
+}
+
+/// Writes `n` files `dir/d{i%3}/f{i:04}.bin` of `size(i)` bytes; returns their relative paths.
+pub fn write_files(dir: &FsPath, n: usize, size: impl Fn(usize) -> usize) -> Vec<String> {
+    (0..n)
+        .map(|i| {
+            let rel = format!("d{}/f{i:04}.bin", i % 3);
+            let p = dir.join(&rel);
+            std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+            std::fs::write(&p, content(i, size(i))).expect("write");
+            rel
+        })
+        .collect()
+}
+
+/// Puts the same files into an object store under `prefix`.
+pub async fn put_files(
+    store: &dyn ObjectStore,
+    prefix: &str,
+    n: usize,
+    size: impl Fn(usize) -> usize,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for i in 0..n {
+        let rel = format!("d{}/f{i:04}.bin", i % 3);
+        let path = if prefix.is_empty() {
+            Path::from(rel.as_str())
+        } else {
+            Path::from(format!("{prefix}/{rel}"))
+        };
+        store
+            .put_opts(
+                &path,
+                PutPayload::from(content(i, size(i))),
+                PutOptions::default(),
+            )
+            .await
+            .expect("put");
+        out.push(rel);
+    }
+    out
+}
+
+/// Wraps a store, counting GET requests, their start times, and how many are in
+/// flight (a GET is in flight until its body is consumed or dropped).
+#[derive(Debug)]
+pub struct CountingStore {
+    inner: Arc<dyn ObjectStore>,
+    gets: AtomicUsize,
+    in_flight: Arc<AtomicUsize>,
+    peak: Arc<AtomicUsize>,
+    starts: Mutex<Vec<(Instant, String)>>,
+}
+
+impl CountingStore {
+    pub fn new(inner: Arc<dyn ObjectStore>) -> Arc<Self> {
+        Arc::new(Self {
+            inner,
+            gets: AtomicUsize::new(0),
+            in_flight: Arc::new(AtomicUsize::new(0)),
+            peak: Arc::new(AtomicUsize::new(0)),
+            starts: Mutex::new(Vec::new()),
+        })
+    }
+
+    pub fn gets(&self) -> usize {
+        self.gets.load(Ordering::SeqCst)
+    }
+
+    pub fn peak_in_flight(&self) -> usize {
+        self.peak.load(Ordering::SeqCst)
+    }
+
+    /// Start times of the GETs of paths containing `needle`.
+    pub fn get_starts(&self, needle: &str) -> Vec<Instant> {
+        self.starts
+            .lock()
+            .expect("lock")
+            .iter()
+            .filter(|(_, p)| p.contains(needle))
+            .map(|(t, _)| *t)
+            .collect()
+    }
+}
+
+impl fmt::Display for CountingStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Counting({})", self.inner)
+    }
+}
+
+struct InFlight(Arc<AtomicUsize>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+#[async_trait]
+impl ObjectStore for CountingStore {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        self.inner.put_opts(location, payload, opts).await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn MultipartUpload>> {
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(
+        &self,
+        location: &Path,
+        options: GetOptions,
+    ) -> object_store::Result<GetResult> {
+        self.gets.fetch_add(1, Ordering::SeqCst);
+        self.starts
+            .lock()
+            .expect("lock")
+            .push((Instant::now(), location.to_string()));
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.peak.fetch_max(now, Ordering::SeqCst);
+        let guard = InFlight(Arc::clone(&self.in_flight));
+        let mut result = self.inner.get_opts(location, options).await?;
+        result.payload = match result.payload {
+            GetResultPayload::Stream(s) => {
+                let s = s.map(move |chunk| {
+                    let _held = &guard;
+                    chunk
+                });
+                GetResultPayload::Stream(s.boxed())
+            }
+            other => other,
+        };
+        Ok(result)
+    }
+
+    async fn get_ranges(
+        &self,
+        location: &Path,
+        ranges: &[Range<u64>],
+    ) -> object_store::Result<Vec<Bytes>> {
+        self.gets.fetch_add(ranges.len(), Ordering::SeqCst);
+        self.inner.get_ranges(location, ranges).await
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, object_store::Result<Path>>,
+    ) -> BoxStream<'static, object_store::Result<Path>> {
+        self.inner.delete_stream(locations)
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(
+        &self,
+        from: &Path,
+        to: &Path,
+        options: CopyOptions,
+    ) -> object_store::Result<()> {
+        self.inner.copy_opts(from, to, options).await
+    }
+}
