@@ -59,6 +59,14 @@ impl Error {
         Self::Plan(msg.into())
     }
 
+    #[allow(dead_code)] // used by the caches
+    pub(crate) fn io(path: impl std::fmt::Display, source: std::io::Error) -> Self {
+        Self::Io {
+            path: path.to_string(),
+            source: Arc::new(source),
+        }
+    }
+
     /// Wraps this error for transport through DataFusion; [`From<DataFusionError>`]
     /// unwraps it again.
     pub(crate) fn into_df(self) -> DataFusionError {

@@ -32,5 +32,10 @@ pub use udfchain_udfs as udfs;
 pub use udfchain_udfs::{File, FileReader, FileSource};
 
 pub use datafusion;
+
+/// The README's Rust examples, compiled as doctests so they stay true.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
 pub use datafusion::common::JoinType;
 pub use datafusion::prelude::lit;
