@@ -19,6 +19,7 @@
 //! the file source UDFs read through; `session/` the DataFusion context and the
 //! UDF pool; the UDF contract itself lives in the `udfchain-udfs` crate.
 
+pub mod cache;
 pub mod chain;
 pub mod error;
 pub mod plan;

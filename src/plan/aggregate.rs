@@ -28,8 +28,8 @@ use futures::stream::{BoxStream, StreamExt, TryStreamExt};
 use udfchain_udfs::Aggregator;
 
 use super::common::{UdfCall, append_column, repeat_row, udf_properties, unary_exec_boilerplate};
+use super::prefetch::PrefetchLink;
 use crate::chain::OnError;
-use crate::storage::source::LocalCopies;
 
 #[derive(Debug)]
 pub struct AggregateExec {
@@ -38,7 +38,7 @@ pub struct AggregateExec {
     call: Arc<UdfCall>,
     /// Key columns: (index in the input schema, name).
     keys: Vec<(usize, String)>,
-    local: Option<Arc<dyn LocalCopies>>,
+    link: Option<Arc<PrefetchLink>>,
     schema: SchemaRef,
     properties: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
@@ -50,7 +50,7 @@ impl AggregateExec {
         udf: Arc<dyn Aggregator>,
         call: Arc<UdfCall>,
         keys: Vec<(usize, String)>,
-        local: Option<Arc<dyn LocalCopies>>,
+        link: Option<Arc<PrefetchLink>>,
         schema: SchemaRef,
     ) -> Self {
         Self {
@@ -59,7 +59,7 @@ impl AggregateExec {
             udf,
             call,
             keys,
-            local,
+            link,
             schema,
             metrics: ExecutionPlanMetricsSet::new(),
         }
@@ -71,7 +71,7 @@ impl AggregateExec {
             Arc::clone(&self.udf),
             Arc::clone(&self.call),
             self.keys.clone(),
-            self.local.clone(),
+            self.link.clone(),
             Arc::clone(&self.schema),
         )
     }
@@ -112,9 +112,10 @@ impl ExecutionPlan for AggregateExec {
         ctx: Arc<TaskContext>,
     ) -> DfResult<SendableRecordBatchStream> {
         let input = self.input.execute(partition, Arc::clone(&ctx))?;
+        let local = self.link.as_ref().and_then(|l| l.local(partition));
         let call = Arc::clone(&self.call);
         let udf = Arc::clone(&self.udf);
-        let source = call.file_source(&ctx, self.local.clone());
+        let source = call.file_source(&ctx, local.clone());
         let schema = Arc::clone(&self.schema);
         let key_idx: Vec<usize> = self.keys.iter().map(|(i, _)| *i).collect();
         let baseline = BaselineMetrics::new(&self.metrics, partition);
@@ -126,20 +127,22 @@ impl ExecutionPlan for AggregateExec {
                 (base, g)
             })
             .map(move |part| {
-                let (call, udf, source, schema, key_idx) = (
+                let (call, udf, source, schema, key_idx, local) = (
                     Arc::clone(&call),
                     Arc::clone(&udf),
                     Arc::clone(&source),
                     Arc::clone(&schema),
                     key_idx.clone(),
+                    local.clone(),
                 );
                 async move {
                     let (base, group) = part?;
                     let params = call.params_batch(&group)?;
-                    let values: ArrayRef = match call
+                    let result = call
                         .run(source, async move { udf.aggregate(params).await })
-                        .await
-                    {
+                        .await;
+                    call.release(&local, &group);
+                    let values: ArrayRef = match result {
                         Ok(v) => v,
                         Err(f) => match call.on_error {
                             OnError::Fail => return Err(call.locate(f, &group, base)),

@@ -21,15 +21,15 @@ use futures::stream::{BoxStream, StreamExt, TryStreamExt};
 use udfchain_udfs::BatchMapper;
 
 use super::common::{UdfCall, append_column, null_output, udf_properties, unary_exec_boilerplate};
+use super::prefetch::PrefetchLink;
 use crate::chain::OnError;
-use crate::storage::source::LocalCopies;
 
 #[derive(Debug)]
 pub struct BatchMapExec {
     input: Arc<dyn ExecutionPlan>,
     udf: Arc<dyn BatchMapper>,
     call: Arc<UdfCall>,
-    local: Option<Arc<dyn LocalCopies>>,
+    link: Option<Arc<PrefetchLink>>,
     schema: SchemaRef,
     properties: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
@@ -40,7 +40,7 @@ impl BatchMapExec {
         input: Arc<dyn ExecutionPlan>,
         udf: Arc<dyn BatchMapper>,
         call: Arc<UdfCall>,
-        local: Option<Arc<dyn LocalCopies>>,
+        link: Option<Arc<PrefetchLink>>,
         schema: SchemaRef,
     ) -> Self {
         let parts = input.output_partitioning().partition_count();
@@ -49,7 +49,7 @@ impl BatchMapExec {
             input,
             udf,
             call,
-            local,
+            link,
             schema,
             metrics: ExecutionPlanMetricsSet::new(),
         }
@@ -60,7 +60,7 @@ impl BatchMapExec {
             input,
             Arc::clone(&self.udf),
             Arc::clone(&self.call),
-            self.local.clone(),
+            self.link.clone(),
             Arc::clone(&self.schema),
         )
     }
@@ -92,9 +92,10 @@ impl ExecutionPlan for BatchMapExec {
         ctx: Arc<TaskContext>,
     ) -> DfResult<SendableRecordBatchStream> {
         let input = self.input.execute(partition, Arc::clone(&ctx))?;
+        let local = self.link.as_ref().and_then(|l| l.local(partition));
         let call = Arc::clone(&self.call);
         let udf = Arc::clone(&self.udf);
-        let source = call.file_source(&ctx, self.local.clone());
+        let source = call.file_source(&ctx, local.clone());
         let schema = Arc::clone(&self.schema);
         let baseline = BaselineMetrics::new(&self.metrics, partition);
         let mut seen = 0u64;
@@ -105,19 +106,21 @@ impl ExecutionPlan for BatchMapExec {
                 (base, b)
             })
             .map(move |part| {
-                let (call, udf, source, schema) = (
+                let (call, udf, source, schema, local) = (
                     Arc::clone(&call),
                     Arc::clone(&udf),
                     Arc::clone(&source),
                     Arc::clone(&schema),
+                    local.clone(),
                 );
                 async move {
                     let (base, batch) = part?;
                     let params = call.params_batch(&batch)?;
-                    match call
+                    let result = call
                         .run(source, async move { udf.map_batch(params).await })
-                        .await
-                    {
+                        .await;
+                    call.release(&local, &batch);
+                    match result {
                         Ok(values) => append_column(&schema, &batch, values).map(Some),
                         Err(f) => match call.on_error {
                             OnError::Fail => Err(call.locate(f, &batch, base)),

@@ -32,6 +32,8 @@ pub struct UdfCall {
     pub params: Vec<(usize, String)>,
     /// Input columns that hold `File`s, used to name the file in errors.
     pub file_cols: Vec<usize>,
+    /// The params among them: the files a `PrefetchExec` below fetched.
+    pub file_params: Vec<usize>,
     pub parallel: usize,
     pub batch_size: usize,
     pub on_error: OnError,
@@ -52,6 +54,7 @@ impl UdfCall {
         kind: &'static str,
         params: Vec<(usize, String)>,
         file_cols: Vec<usize>,
+        file_params: Vec<usize>,
         parallel: usize,
         batch_size: usize,
         on_error: OnError,
@@ -62,6 +65,7 @@ impl UdfCall {
             kind,
             params,
             file_cols,
+            file_params,
             parallel: parallel.max(1),
             batch_size: batch_size.max(1),
             on_error,
@@ -156,6 +160,18 @@ impl UdfCall {
             other => other,
         }
         .into_df()
+    }
+
+    /// Tells the prefetch cache that the rows of `batch` are done with their files.
+    pub fn release(&self, local: &Option<Arc<dyn LocalCopies>>, batch: &RecordBatch) {
+        let Some(local) = local else { return };
+        for &c in &self.file_params {
+            if let Ok(files) = decode_column::<Option<File>>(batch.column(c)) {
+                for f in files.into_iter().flatten() {
+                    local.release(&f);
+                }
+            }
+        }
     }
 
     /// The URL of the first `File` column of row `row`.

@@ -27,6 +27,7 @@ use super::common::{
     Failure, UdfCall, append_column, null_output, repeat_row, slices, udf_properties,
     unary_exec_boilerplate,
 };
+use super::prefetch::PrefetchLink;
 use crate::chain::OnError;
 use crate::session::PoolTask;
 use crate::storage::source::LocalCopies;
@@ -36,7 +37,7 @@ pub struct GenerateExec {
     input: Arc<dyn ExecutionPlan>,
     udf: Arc<dyn Generator>,
     call: Arc<UdfCall>,
-    local: Option<Arc<dyn LocalCopies>>,
+    link: Option<Arc<PrefetchLink>>,
     schema: SchemaRef,
     properties: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
@@ -47,7 +48,7 @@ impl GenerateExec {
         input: Arc<dyn ExecutionPlan>,
         udf: Arc<dyn Generator>,
         call: Arc<UdfCall>,
-        local: Option<Arc<dyn LocalCopies>>,
+        link: Option<Arc<PrefetchLink>>,
         schema: SchemaRef,
     ) -> Self {
         let parts = input.output_partitioning().partition_count();
@@ -56,7 +57,7 @@ impl GenerateExec {
             input,
             udf,
             call,
-            local,
+            link,
             schema,
             metrics: ExecutionPlanMetricsSet::new(),
         }
@@ -67,7 +68,7 @@ impl GenerateExec {
             input,
             Arc::clone(&self.udf),
             Arc::clone(&self.call),
-            self.local.clone(),
+            self.link.clone(),
             Arc::clone(&self.schema),
         )
     }
@@ -94,9 +95,12 @@ impl ExecutionPlan for GenerateExec {
         partition: usize,
         ctx: Arc<TaskContext>,
     ) -> DfResult<SendableRecordBatchStream> {
+        let input = self.input.execute(partition, Arc::clone(&ctx))?;
+        let local = self.link.as_ref().and_then(|l| l.local(partition));
         let state = GenState {
-            input: self.input.execute(partition, Arc::clone(&ctx))?,
-            source: self.call.file_source(&ctx, self.local.clone()),
+            input,
+            source: self.call.file_source(&ctx, local.clone()),
+            local,
             call: Arc::clone(&self.call),
             udf: Arc::clone(&self.udf),
             schema: Arc::clone(&self.schema),
@@ -134,6 +138,7 @@ struct Job {
 struct GenState {
     input: SendableRecordBatchStream,
     source: Arc<dyn FileSource>,
+    local: Option<Arc<dyn LocalCopies>>,
     call: Arc<UdfCall>,
     udf: Arc<dyn Generator>,
     schema: SchemaRef,
@@ -159,7 +164,9 @@ impl GenState {
                 // The channel closed: the generator ended, failed or panicked.
                 None => match self.jobs.front_mut()?.task.as_mut().await {
                     Ok(Ok(())) => {
-                        self.jobs.pop_front();
+                        if let Some(job) = self.jobs.pop_front() {
+                            self.call.release(&self.local, &job.row);
+                        }
                         continue;
                     }
                     Ok(Err(f)) => f,
@@ -167,6 +174,7 @@ impl GenState {
                 },
             };
             let job = self.jobs.pop_front()?;
+            self.call.release(&self.local, &job.row);
             match self.call.on_error {
                 OnError::Fail => {
                     return Some(Err(self.call.locate(failure, &job.row, job.row_number)));

@@ -25,8 +25,8 @@ use udfchain_udfs::Mapper;
 use super::common::{
     UdfCall, append_column, null_output, slices, udf_properties, unary_exec_boilerplate,
 };
+use super::prefetch::PrefetchLink;
 use crate::chain::OnError;
-use crate::storage::source::LocalCopies;
 
 /// Rows per call when the UDF reads no file.
 const VALUE_ROWS_PER_CALL: usize = 1024;
@@ -36,7 +36,7 @@ pub struct MapExec {
     input: Arc<dyn ExecutionPlan>,
     udf: Arc<dyn Mapper>,
     call: Arc<UdfCall>,
-    local: Option<Arc<dyn LocalCopies>>,
+    link: Option<Arc<PrefetchLink>>,
     schema: SchemaRef,
     properties: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
@@ -47,7 +47,7 @@ impl MapExec {
         input: Arc<dyn ExecutionPlan>,
         udf: Arc<dyn Mapper>,
         call: Arc<UdfCall>,
-        local: Option<Arc<dyn LocalCopies>>,
+        link: Option<Arc<PrefetchLink>>,
         schema: SchemaRef,
     ) -> Self {
         let parts = input.output_partitioning().partition_count();
@@ -56,7 +56,7 @@ impl MapExec {
             input,
             udf,
             call,
-            local,
+            link,
             schema,
             metrics: ExecutionPlanMetricsSet::new(),
         }
@@ -67,7 +67,7 @@ impl MapExec {
             input,
             Arc::clone(&self.udf),
             Arc::clone(&self.call),
-            self.local.clone(),
+            self.link.clone(),
             Arc::clone(&self.schema),
         )
     }
@@ -98,9 +98,10 @@ impl ExecutionPlan for MapExec {
         ctx: Arc<TaskContext>,
     ) -> DfResult<SendableRecordBatchStream> {
         let input = self.input.execute(partition, Arc::clone(&ctx))?;
+        let local = self.link.as_ref().and_then(|l| l.local(partition));
         let call = Arc::clone(&self.call);
         let udf = Arc::clone(&self.udf);
-        let source = call.file_source(&ctx, self.local.clone());
+        let source = call.file_source(&ctx, local.clone());
         let schema = Arc::clone(&self.schema);
         let baseline = BaselineMetrics::new(&self.metrics, partition);
         let rows_per_call = if call.file_cols.is_empty() && call.on_error == OnError::Fail {
@@ -124,16 +125,19 @@ impl ExecutionPlan for MapExec {
             })
             .try_flatten()
             .map(move |part| {
-                let (call, udf, source, schema) = (
+                let (call, udf, source, schema, local) = (
                     Arc::clone(&call),
                     Arc::clone(&udf),
                     Arc::clone(&source),
                     Arc::clone(&schema),
+                    local.clone(),
                 );
                 async move {
                     let (base, chunk) = part?;
                     let params = call.params_batch(&chunk)?;
-                    match call.run(source, async move { udf.map(params).await }).await {
+                    let result = call.run(source, async move { udf.map(params).await }).await;
+                    call.release(&local, &chunk);
+                    match result {
                         Ok(values) => append_column(&schema, &chunk, values).map(Some),
                         Err(f) => match call.on_error {
                             OnError::Fail => Err(call.locate(f, &chunk, base)),

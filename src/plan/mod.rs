@@ -8,6 +8,7 @@ mod generate;
 mod map;
 mod node;
 mod planner;
+mod prefetch;
 
 pub use aggregate::AggregateExec;
 pub use batch_map::BatchMapExec;
@@ -15,3 +16,4 @@ pub use generate::GenerateExec;
 pub use map::MapExec;
 pub use node::{UdfKind, UdfNode};
 pub use planner::{UdfPlanner, UdfQueryPlanner};
+pub use prefetch::{PrefetchExec, PrefetchLink};

@@ -20,6 +20,8 @@ use super::common::UdfCall;
 use super::generate::GenerateExec;
 use super::map::MapExec;
 use super::node::{UdfKind, UdfNode};
+use super::prefetch::{PrefetchExec, PrefetchLink, PrefetchOptions};
+use crate::chain::Prefetch;
 use crate::error::Error;
 
 /// The session's query planner: DataFusion's, plus [`UdfPlanner`].
@@ -78,6 +80,7 @@ impl ExtensionPlanner for UdfPlanner {
             .map(|(i, _)| *i)
             .filter(|&i| File::is_file_type(in_schema.field(i).data_type()))
             .collect();
+        let file_params = file_cols.clone();
         let others: Vec<usize> = (0..in_schema.fields().len())
             .filter(|i| {
                 !file_cols.contains(i) && File::is_file_type(in_schema.field(*i).data_type())
@@ -90,46 +93,95 @@ impl ExtensionPlanner for UdfPlanner {
             node.kind.kind_name(),
             params,
             file_cols,
+            file_params.clone(),
             s.get_parallel(),
             s.get_batch_size(),
             s.get_on_error(),
             s.get_storage_options().clone(),
         ));
         let schema = Arc::new(node.schema().as_arrow().clone());
-        let local = None;
-        let exec: Arc<dyn ExecutionPlan> = match &node.kind {
-            UdfKind::Map(udf) => {
-                Arc::new(MapExec::new(input, Arc::clone(udf), call, local, schema))
+        let mut keys = Vec::new();
+        if let UdfKind::Agg { partition_by, .. } = &node.kind {
+            for k in partition_by {
+                keys.push((index(k)?, k.clone()));
             }
+        }
+        let prefetch_on = !file_params.is_empty() && s.get_prefetch() != Prefetch::Fixed(0);
+        let (input, link) = if prefetch_on {
+            // An aggregate needs its input sorted by key; sort before prefetching so
+            // the window, not the whole input, is what waits on disk.
+            let input = if keys.is_empty() {
+                input
+            } else {
+                sort_by_keys(input, &keys)?
+            };
+            let link = Arc::new(PrefetchLink::default());
+            let options = PrefetchOptions {
+                prefetch: s.get_prefetch(),
+                ordered: s.get_ordered() || !keys.is_empty(),
+                max_connections: s.get_max_connections(),
+                on_error: s.get_on_error(),
+                root: s.get_root(),
+                storage_options: s.get_storage_options().clone(),
+            };
+            let exec: Arc<dyn ExecutionPlan> = Arc::new(PrefetchExec::new(
+                input,
+                file_params,
+                options,
+                Arc::clone(&link),
+            ));
+            (exec, Some(link))
+        } else {
+            (input, None)
+        };
+        let exec: Arc<dyn ExecutionPlan> = match &node.kind {
+            UdfKind::Map(udf) => Arc::new(MapExec::new(input, Arc::clone(udf), call, link, schema)),
             UdfKind::Gen(udf) => Arc::new(GenerateExec::new(
                 input,
                 Arc::clone(udf),
                 call,
-                local,
+                link,
                 schema,
             )),
             UdfKind::BatchMap(udf) => Arc::new(BatchMapExec::new(
                 input,
                 Arc::clone(udf),
                 call,
-                local,
+                link,
                 schema,
             )),
-            UdfKind::Agg { udf, partition_by } => {
-                let mut keys = Vec::with_capacity(partition_by.len());
-                for k in partition_by {
-                    keys.push((index(k)?, k.clone()));
-                }
-                Arc::new(AggregateExec::new(
-                    input,
-                    Arc::clone(udf),
-                    call,
-                    keys,
-                    local,
-                    schema,
-                ))
-            }
+            UdfKind::Agg { udf, .. } => Arc::new(AggregateExec::new(
+                input,
+                Arc::clone(udf),
+                call,
+                keys,
+                link,
+                schema,
+            )),
         };
         Ok(Some(exec))
     }
+}
+
+/// `input` merged into one partition and sorted by `keys`.
+fn sort_by_keys(
+    input: Arc<dyn ExecutionPlan>,
+    keys: &[(usize, String)],
+) -> DfResult<Arc<dyn ExecutionPlan>> {
+    use datafusion::physical_expr::expressions::Column;
+    use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
+    use datafusion::physical_plan::ExecutionPlanProperties;
+    use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+    use datafusion::physical_plan::sorts::sort::SortExec;
+    let input: Arc<dyn ExecutionPlan> = if input.output_partitioning().partition_count() > 1 {
+        Arc::new(CoalescePartitionsExec::new(input))
+    } else {
+        input
+    };
+    let exprs = keys
+        .iter()
+        .map(|(i, name)| PhysicalSortExpr::new_default(Arc::new(Column::new(name, *i))));
+    let ordering = LexOrdering::new(exprs)
+        .ok_or_else(|| Error::plan("partition_by needs at least one column").into_df())?;
+    Ok(Arc::new(SortExec::new(ordering, input)))
 }

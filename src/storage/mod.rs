@@ -8,9 +8,11 @@
 //!
 //! [`FileSource`]: udfchain_udfs::FileSource
 
+mod download;
 mod listing;
 pub mod source;
 
+pub use download::{Downloaded, download_to, is_transient};
 pub use listing::{ListingExec, StorageTable};
 pub use source::StoreSource;
 

@@ -21,7 +21,10 @@ use crate::session::spawn_on;
 
 /// Where local copies of files may be found (prefetch temp dirs, the shared cache).
 pub trait LocalCopies: Send + Sync + std::fmt::Debug {
+    /// The path of a complete local copy of `file`, if held.
     fn local_path(&self, file: &File) -> Option<PathBuf>;
+    /// One row using `file` is done (a temporary copy may now be deleted).
+    fn release(&self, _file: &File) {}
 }
 
 type Resolved = (Arc<dyn ObjectStore>, Location);

@@ -1,0 +1,199 @@
+//! `TempCache`: the per-UDF, per-partition temporary dir that prefetched files
+//! live in when `cache = false`.
+//!
+//! Guarantees: a file is deleted as soon as the last row using it is released,
+//! so disk use stays within the prefetch window plus the files being processed;
+//! the whole dir is removed when the cache is dropped (the UDF's stream ended,
+//! failed, was dropped or unwound from a panic); a dir whose owner process is
+//! gone (killed with SIGKILL) is swept by the next `TempCache::create` under the
+//! same root.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Once};
+
+use udfchain_udfs::File;
+
+use crate::error::{Error, Result};
+use crate::storage::source::LocalCopies;
+
+const OWNER: &str = "owner.pid";
+
+/// A temporary dir of prefetched files, with reference counts per file.
+#[derive(Debug)]
+pub struct TempCache {
+    dir: PathBuf,
+    entries: Mutex<HashMap<String, Entry>>,
+    next: AtomicU64,
+    fallback: Option<Arc<dyn LocalCopies>>,
+}
+
+#[derive(Debug)]
+struct Entry {
+    path: PathBuf,
+    refs: usize,
+}
+
+impl TempCache {
+    /// Creates `root/tmp/prefetch-<pid>-<n>`, first sweeping dirs of dead processes.
+    /// `fallback` serves files this cache does not hold (the shared cache).
+    pub fn create(root: &Path, fallback: Option<Arc<dyn LocalCopies>>) -> Result<Arc<Self>> {
+        let tmp = root.join("tmp");
+        static SWEEP: Once = Once::new();
+        SWEEP.call_once(|| sweep_orphans(&tmp));
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let dir = tmp.join(format!(
+            "prefetch-{}-{nanos:x}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io(dir.display(), e))?;
+        let owner = dir.join(OWNER);
+        std::fs::write(&owner, std::process::id().to_string())
+            .map_err(|e| Error::io(owner.display(), e))?;
+        Ok(Arc::new(Self {
+            dir,
+            entries: Mutex::new(HashMap::new()),
+            next: AtomicU64::new(0),
+            fallback,
+        }))
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// A fresh path in this dir to download `file` to.
+    pub fn new_path(&self, file: &File) -> PathBuf {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let ext = file
+            .name()
+            .rsplit_once('.')
+            .map(|(_, e)| e)
+            .unwrap_or("bin");
+        self.dir.join(format!("{n}.{ext}"))
+    }
+
+    /// Registers a complete download of `file` at `path` for one more row.
+    pub fn insert(&self, file: &File, path: PathBuf) {
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        match entries.get_mut(&key(file)) {
+            Some(e) => {
+                // Already held (the same file in two rows of the window): keep one copy.
+                e.refs += 1;
+                if e.path != path {
+                    let _ = std::fs::remove_file(&path);
+                }
+            }
+            None => {
+                entries.insert(key(file), Entry { path, refs: 1 });
+            }
+        }
+    }
+
+    /// Counts one more row using `file` if it is already held.
+    pub fn acquire(&self, file: &File) -> bool {
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        match entries.get_mut(&key(file)) {
+            Some(e) => {
+                e.refs += 1;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Files currently held.
+    pub fn len(&self) -> usize {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl LocalCopies for TempCache {
+    fn local_path(&self, file: &File) -> Option<PathBuf> {
+        let held = self
+            .entries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key(file))
+            .map(|e| e.path.clone());
+        held.or_else(|| self.fallback.as_ref()?.local_path(file))
+    }
+
+    fn release(&self, file: &File) {
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let k = key(file);
+        if let Some(e) = entries.get_mut(&k) {
+            e.refs -= 1;
+            if e.refs == 0 {
+                if let Some(e) = entries.remove(&k) {
+                    let _ = std::fs::remove_file(&e.path);
+                }
+            }
+        }
+    }
+}
+
+impl Drop for TempCache {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn key(file: &File) -> String {
+    format!(
+        "{}\u{0}{}\u{0}{}",
+        file.source,
+        file.path,
+        file.location.as_deref().unwrap_or("")
+    )
+}
+
+/// Removes `prefetch-*` dirs under `tmp` whose owner process no longer exists.
+pub fn sweep_orphans(tmp: &Path) {
+    let Ok(dirs) = std::fs::read_dir(tmp) else {
+        return;
+    };
+    for d in dirs.flatten() {
+        let path = d.path();
+        let is_prefetch = d.file_name().to_string_lossy().starts_with("prefetch-");
+        if !is_prefetch {
+            continue;
+        }
+        let owner = std::fs::read_to_string(path.join(OWNER))
+            .ok()
+            .and_then(|s| s.trim().parse::<u32>().ok());
+        let alive = match owner {
+            Some(pid) => process_alive(pid),
+            // No owner file: a dir still being created, or broken; keep a young one.
+            None => d
+                .metadata()
+                .and_then(|m| m.modified())
+                .map(|t| t.elapsed().map(|e| e.as_secs() < 60).unwrap_or(true))
+                .unwrap_or(true),
+        };
+        if !alive {
+            let _ = std::fs::remove_dir_all(&path);
+        }
+    }
+}
+
+fn process_alive(pid: u32) -> bool {
+    if pid == std::process::id() {
+        return true;
+    }
+    if cfg!(target_os = "linux") {
+        Path::new("/proc").join(pid.to_string()).exists()
+    } else {
+        true
+    }
+}

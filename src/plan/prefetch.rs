@@ -1,0 +1,401 @@
+//! `PrefetchExec`: while a UDF works on one row, the files of the next rows are
+//! downloading.
+//!
+//! Guarantees (per partition unless said otherwise):
+//! - at most `prefetch` rows are downloading or downloaded-but-not-yet-taken,
+//!   and at most `max_connections` downloads run across all partitions;
+//! - a row is emitted only when every `File` in it has a complete local copy
+//!   (a temp file, or a shared-cache entry with `cache = true`); the UDF's
+//!   `File` reads then go to that copy;
+//! - `ordered = true` emits rows in input order; `false` in completion order,
+//!   so one slow object does not hold back the rest;
+//! - every download is a task aborted when the stream is dropped; the temp dir
+//!   (see `TempCache`) goes away with the stream;
+//! - a download that fails after retries fails the query naming the file
+//!   (`on_error = fail`), drops the row and records the file (`skip`), or passes
+//!   the row on uncached so the UDF's own read fails into a null (`null`).
+//! - `prefetch = auto` grows the window while the UDF waits for data and shrinks
+//!   it while downloaded rows sit unused, within 1..=max_connections.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::error::Result as DfResult;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::EquivalenceProperties;
+use datafusion::physical_plan::metrics::{
+    Count, ExecutionPlanMetricsSet, Gauge, MetricBuilder, Time,
+};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
+use futures::StreamExt;
+use futures::stream::{FuturesOrdered, FuturesUnordered};
+use tokio::sync::Semaphore;
+use udfchain_udfs::{File, decode_column};
+
+use super::common::{slices, unary_exec_boilerplate};
+use crate::cache::TempCache;
+use crate::chain::{OnError, Prefetch};
+use crate::error::Error;
+use crate::session::{PoolTask, spawn_on};
+use crate::storage::source::LocalCopies;
+use crate::storage::{StoreSource, download_to};
+
+/// Lets the UDF operator above find, per partition, the local copies its
+/// `PrefetchExec` made (they are created when the partition starts).
+#[derive(Debug, Default)]
+pub struct PrefetchLink {
+    partitions: Mutex<HashMap<usize, Weak<dyn LocalCopies>>>,
+}
+
+impl PrefetchLink {
+    fn publish(&self, partition: usize, local: &Arc<dyn LocalCopies>) {
+        self.partitions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(partition, Arc::downgrade(local));
+    }
+
+    /// The local copies of `partition`, once its prefetch stream has started.
+    pub fn local(&self, partition: usize) -> Option<Arc<dyn LocalCopies>> {
+        self.partitions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&partition)?
+            .upgrade()
+    }
+}
+
+/// How a `PrefetchExec` is configured.
+#[derive(Debug, Clone)]
+pub struct PrefetchOptions {
+    pub prefetch: Prefetch,
+    pub ordered: bool,
+    pub max_connections: usize,
+    pub on_error: OnError,
+    pub root: PathBuf,
+    pub storage_options: std::collections::BTreeMap<String, String>,
+}
+
+#[derive(Debug)]
+pub struct PrefetchExec {
+    input: Arc<dyn ExecutionPlan>,
+    file_cols: Vec<usize>,
+    options: PrefetchOptions,
+    connections: Arc<Semaphore>,
+    link: Arc<PrefetchLink>,
+    skipped: Arc<Mutex<Vec<String>>>,
+    properties: Arc<PlanProperties>,
+    metrics: ExecutionPlanMetricsSet,
+}
+
+impl PrefetchExec {
+    pub fn new(
+        input: Arc<dyn ExecutionPlan>,
+        file_cols: Vec<usize>,
+        options: PrefetchOptions,
+        link: Arc<PrefetchLink>,
+    ) -> Self {
+        let mut properties = PlanProperties::clone(input.properties());
+        if !options.ordered {
+            properties = properties.with_eq_properties(EquivalenceProperties::new(input.schema()));
+        }
+        Self {
+            connections: Arc::new(Semaphore::new(options.max_connections.max(1))),
+            input,
+            file_cols,
+            options,
+            link,
+            skipped: Arc::default(),
+            properties: Arc::new(properties),
+            metrics: ExecutionPlanMetricsSet::new(),
+        }
+    }
+
+    fn with_input(&self, input: Arc<dyn ExecutionPlan>) -> Self {
+        Self::new(
+            input,
+            self.file_cols.clone(),
+            self.options.clone(),
+            Arc::clone(&self.link),
+        )
+    }
+
+    /// URLs of the files dropped under `on_error = skip`.
+    pub fn skipped(&self) -> Vec<String> {
+        self.skipped
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+impl DisplayAs for PrefetchExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        let prefetch = match self.options.prefetch {
+            Prefetch::Fixed(n) => n.to_string(),
+            Prefetch::Auto => "auto".to_string(),
+        };
+        write!(
+            f,
+            "PrefetchExec: prefetch={prefetch}, ordered={}, max_connections={}",
+            self.options.ordered, self.options.max_connections
+        )
+    }
+}
+
+impl ExecutionPlan for PrefetchExec {
+    unary_exec_boilerplate!("PrefetchExec");
+
+    fn maintains_input_order(&self) -> Vec<bool> {
+        vec![self.options.ordered]
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        ctx: Arc<TaskContext>,
+    ) -> DfResult<SendableRecordBatchStream> {
+        let input = self.input.execute(partition, Arc::clone(&ctx))?;
+        let temp = TempCache::create(&self.options.root, None).map_err(Error::into_df)?;
+        let local: Arc<dyn LocalCopies> = Arc::clone(&temp) as _;
+        self.link.publish(partition, &local);
+        let m = |name: &'static str| MetricBuilder::new(&self.metrics).counter(name, partition);
+        let metrics = PrefetchMetrics {
+            files_fetched: m("files_fetched"),
+            bytes_fetched: m("bytes_fetched"),
+            cache_hits: m("cache_hits"),
+            retries: m("retries"),
+            skipped_files: m("skipped_files"),
+            peak_in_flight: MetricBuilder::new(&self.metrics).gauge("peak_in_flight", partition),
+            udf_wait: MetricBuilder::new(&self.metrics).subset_time("udf_wait", partition),
+        };
+        let window = match self.options.prefetch {
+            Prefetch::Fixed(n) => n.max(1),
+            Prefetch::Auto => 2.min(self.options.max_connections).max(1),
+        };
+        let state = PrefetchStream {
+            input,
+            input_done: false,
+            rows: VecDeque::new(),
+            queue: if self.options.ordered {
+                Queue::Ordered(FuturesOrdered::new())
+            } else {
+                Queue::Unordered(FuturesUnordered::new())
+            },
+            window,
+            auto: self.options.prefetch == Prefetch::Auto,
+            shared: Arc::new(Shared {
+                file_cols: self.file_cols.clone(),
+                temp,
+                source: StoreSource::new(
+                    ctx.runtime_env(),
+                    self.options.storage_options.clone(),
+                    None,
+                ),
+                connections: Arc::clone(&self.connections),
+                max_connections: self.options.max_connections.max(1),
+                on_error: self.options.on_error,
+                active: AtomicUsize::new(0),
+                skipped: Arc::clone(&self.skipped),
+                metrics,
+            }),
+        };
+        let schema = self.input.schema();
+        let stream = futures::stream::unfold(state, |mut s| async move {
+            let next = s.next().await?;
+            Some((next, s))
+        });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, stream)))
+    }
+}
+
+struct PrefetchMetrics {
+    files_fetched: Count,
+    bytes_fetched: Count,
+    cache_hits: Count,
+    retries: Count,
+    skipped_files: Count,
+    peak_in_flight: Gauge,
+    udf_wait: Time,
+}
+
+/// What every download task of one partition shares.
+struct Shared {
+    file_cols: Vec<usize>,
+    temp: Arc<TempCache>,
+    source: StoreSource,
+    connections: Arc<Semaphore>,
+    max_connections: usize,
+    on_error: OnError,
+    active: AtomicUsize,
+    skipped: Arc<Mutex<Vec<String>>>,
+    metrics: PrefetchMetrics,
+}
+
+type Fetch = PoolTask<DfResult<Option<RecordBatch>>>;
+
+enum Queue {
+    Ordered(FuturesOrdered<Fetch>),
+    Unordered(FuturesUnordered<Fetch>),
+}
+
+impl Queue {
+    fn push(&mut self, f: Fetch) {
+        match self {
+            Self::Ordered(q) => q.push_back(f),
+            Self::Unordered(q) => q.push(f),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Self::Ordered(q) => q.len(),
+            Self::Unordered(q) => q.len(),
+        }
+    }
+
+    async fn next(&mut self) -> Option<Result<DfResult<Option<RecordBatch>>, String>> {
+        match self {
+            Self::Ordered(q) => q.next().await,
+            Self::Unordered(q) => q.next().await,
+        }
+    }
+}
+
+struct PrefetchStream {
+    input: SendableRecordBatchStream,
+    input_done: bool,
+    rows: VecDeque<RecordBatch>,
+    queue: Queue,
+    window: usize,
+    auto: bool,
+    shared: Arc<Shared>,
+}
+
+impl PrefetchStream {
+    async fn next(&mut self) -> Option<DfResult<RecordBatch>> {
+        loop {
+            while self.queue.len() < self.window {
+                let Some(row) = self.rows.pop_front() else {
+                    break;
+                };
+                self.start(row);
+            }
+            if self.queue.len() == 0 && self.rows.is_empty() && self.input_done {
+                return None;
+            }
+            let want_input =
+                !self.input_done && self.rows.is_empty() && self.queue.len() < self.window;
+            let waited = Instant::now();
+            tokio::select! {
+                biased;
+                done = self.queue.next(), if self.queue.len() > 0 => {
+                    let wait = waited.elapsed();
+                    self.shared.metrics.udf_wait.add_duration(wait);
+                    self.adapt(wait);
+                    match done {
+                        Some(Ok(Ok(Some(row)))) => return Some(Ok(row)),
+                        Some(Ok(Ok(None))) => continue,
+                        Some(Ok(Err(e))) => return Some(Err(e)),
+                        Some(Err(panic)) => return Some(Err(Error::plan(format!("prefetch task {panic}")).into_df())),
+                        None => continue,
+                    }
+                }
+                batch = self.input.next(), if want_input => match batch {
+                    Some(Ok(b)) => self.rows.extend(slices(&b, 1)),
+                    Some(Err(e)) => return Some(Err(e)),
+                    None => self.input_done = true,
+                },
+            }
+        }
+    }
+
+    /// `prefetch = auto`: a consumer that waited wants a larger window; rows that
+    /// were ready at once mean the window can shrink.
+    fn adapt(&mut self, wait: Duration) {
+        if !self.auto {
+            return;
+        }
+        if wait > Duration::from_micros(500) {
+            self.window = (self.window + 1).min(self.shared.max_connections);
+        } else if self.window > 1 && self.queue.len() + 1 >= self.window {
+            self.window -= 1;
+        }
+    }
+
+    fn start(&mut self, row: RecordBatch) {
+        let shared = Arc::clone(&self.shared);
+        let task = spawn_on(&tokio::runtime::Handle::current(), async move {
+            shared.fetch_row(row).await
+        });
+        self.queue.push(task);
+    }
+}
+
+impl Shared {
+    /// Downloads the files of a one-row batch; `None` when the row is skipped.
+    async fn fetch_row(&self, row: RecordBatch) -> DfResult<Option<RecordBatch>> {
+        for &col in &self.file_cols {
+            let files: Vec<Option<File>> =
+                decode_column(row.column(col)).map_err(|e| Error::plan(e.to_string()).into_df())?;
+            let Some(file) = files.into_iter().next().flatten() else {
+                continue;
+            };
+            if let Err(e) = self.fetch_file(&file).await {
+                match self.on_error {
+                    OnError::Fail => return Err(e.into_df()),
+                    OnError::Skip => {
+                        self.metrics.skipped_files.add(1);
+                        self.skipped
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .push(file.url());
+                        return Ok(None);
+                    }
+                    OnError::Null => return Ok(Some(row)),
+                }
+            }
+        }
+        Ok(Some(row))
+    }
+
+    async fn fetch_file(&self, file: &File) -> Result<(), Error> {
+        if self.temp.acquire(file) {
+            self.metrics.cache_hits.add(1);
+            return Ok(());
+        }
+        let (store, path) = self.source.resolve(file).map_err(|e| Error::Storage {
+            url: file.url(),
+            source: Arc::new(e),
+        })?;
+        let _slot = self
+            .connections
+            .acquire()
+            .await
+            .map_err(|e| Error::plan(e.to_string()))?;
+        let now = self.active.fetch_add(1, Ordering::SeqCst) + 1;
+        self.metrics.peak_in_flight.set_max(now);
+        let dest = self.temp.new_path(file);
+        let result = download_to(&store, &path, file.size, &dest, &file.url()).await;
+        self.active.fetch_sub(1, Ordering::SeqCst);
+        match result {
+            Ok(d) => {
+                self.metrics.files_fetched.add(1);
+                self.metrics.bytes_fetched.add(d.bytes as usize);
+                self.metrics.retries.add(d.retries as usize);
+                self.temp.insert(file, dest);
+                Ok(())
+            }
+            Err(e) => {
+                let _ = tokio::fs::remove_file(&dest).await;
+                Err(e)
+            }
+        }
+    }
+}
