@@ -28,6 +28,7 @@ pub mod storage;
 
 pub use chain::{Chain, OnError, Prefetch, Settings, col};
 pub use error::{Error, Result};
+pub use plan::{OperatorReport, RunReport};
 pub use session::Session;
 pub use udfchain_udfs as udfs;
 pub use udfchain_udfs::{File, FileReader, FileSource};

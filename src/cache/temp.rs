@@ -9,9 +9,10 @@
 //! same root.
 
 use std::collections::HashMap;
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Once};
+use std::sync::{Arc, Mutex};
 
 use udfchain_udfs::File;
 
@@ -40,8 +41,16 @@ impl TempCache {
     /// `fallback` serves files this cache does not hold (the shared cache).
     pub fn create(root: &Path, fallback: Option<Arc<dyn LocalCopies>>) -> Result<Arc<Self>> {
         let tmp = root.join("tmp");
-        static SWEEP: Once = Once::new();
-        SWEEP.call_once(|| sweep_orphans(&tmp));
+        // Sweep each root once per process.
+        static SWEPT: Mutex<Option<HashSet<PathBuf>>> = Mutex::new(None);
+        let first = SWEPT
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert_with(HashSet::new)
+            .insert(tmp.clone());
+        if first {
+            sweep_orphans(&tmp);
+        }
         static COUNTER: AtomicU64 = AtomicU64::new(0);
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -134,10 +143,10 @@ impl LocalCopies for TempCache {
         let k = key(file);
         if let Some(e) = entries.get_mut(&k) {
             e.refs -= 1;
-            if e.refs == 0 {
-                if let Some(e) = entries.remove(&k) {
-                    let _ = std::fs::remove_file(&e.path);
-                }
+            if e.refs == 0
+                && let Some(e) = entries.remove(&k)
+            {
+                let _ = std::fs::remove_file(&e.path);
             }
         }
     }

@@ -33,7 +33,7 @@ use udfchain_udfs::{
 };
 
 use crate::error::{Error, Result};
-use crate::plan::{UdfKind, UdfNode};
+use crate::plan::{RunReport, UdfKind, UdfNode};
 use crate::session::Session;
 use crate::storage::{Location, StorageTable};
 
@@ -594,13 +594,30 @@ impl Chain {
         ))
     }
 
-    /// Runs the chain and returns the physical plan annotated with metrics.
+    /// Runs the chain and returns the physical plan annotated with metrics
+    /// (prefetch: files fetched, bytes, cache hits, UDF wait, peak in flight, retries, skips).
     pub async fn explain_analyze(&self) -> Result<String> {
-        let df = self.dataframe().await?;
-        let physical = df.create_physical_plan().await?;
-        let ctx = self.session.context().task_ctx();
-        datafusion::physical_plan::collect(Arc::clone(&physical), ctx).await?;
+        let (_, physical) = self.run_plan().await?;
         Ok(displayable(physical.as_ref()).indent(true).to_string())
+    }
+
+    /// Runs the chain and returns its batches with a [`RunReport`] (metrics of
+    /// every operator, files skipped under `on_error = skip`).
+    pub async fn collect_with_report(&self) -> Result<(Vec<RecordBatch>, RunReport)> {
+        let (batches, physical) = self.run_plan().await?;
+        Ok((batches, RunReport::from_plan(&physical)))
+    }
+
+    async fn run_plan(
+        &self,
+    ) -> Result<(
+        Vec<RecordBatch>,
+        Arc<dyn datafusion::physical_plan::ExecutionPlan>,
+    )> {
+        let physical = self.dataframe().await?.create_physical_plan().await?;
+        let ctx = self.session.context().task_ctx();
+        let batches = datafusion::physical_plan::collect(Arc::clone(&physical), ctx).await?;
+        Ok((batches, physical))
     }
 }
 

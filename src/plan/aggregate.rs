@@ -65,6 +65,10 @@ impl AggregateExec {
         }
     }
 
+    pub(crate) fn call(&self) -> &UdfCall {
+        &self.call
+    }
+
     fn with_input(&self, input: Arc<dyn ExecutionPlan>) -> Self {
         Self::new(
             input,
@@ -146,7 +150,11 @@ impl ExecutionPlan for AggregateExec {
                         Ok(v) => v,
                         Err(f) => match call.on_error {
                             OnError::Fail => return Err(call.locate(f, &group, base)),
-                            OnError::Skip | OnError::Null => return Ok(None),
+                            OnError::Skip => {
+                                call.record_skip(&group.slice(0, 1), base);
+                                return Ok(None);
+                            }
+                            OnError::Null => return Ok(None),
                         },
                     };
                     if values.is_empty() {

@@ -55,6 +55,10 @@ impl BatchMapExec {
         }
     }
 
+    pub(crate) fn call(&self) -> &UdfCall {
+        &self.call
+    }
+
     fn with_input(&self, input: Arc<dyn ExecutionPlan>) -> Self {
         Self::new(
             input,
@@ -124,7 +128,10 @@ impl ExecutionPlan for BatchMapExec {
                         Ok(values) => append_column(&schema, &batch, values).map(Some),
                         Err(f) => match call.on_error {
                             OnError::Fail => Err(call.locate(f, &batch, base)),
-                            OnError::Skip => Ok(None),
+                            OnError::Skip => {
+                                call.record_skip(&batch, base);
+                                Ok(None)
+                            }
                             OnError::Null => append_column(
                                 &schema,
                                 &batch,

@@ -39,6 +39,7 @@ pub struct UdfCall {
     pub on_error: OnError,
     pub storage_options: BTreeMap<String, String>,
     slots: Arc<Semaphore>,
+    skipped: std::sync::Mutex<Vec<String>>,
 }
 
 /// A call that failed, with the row (within the call's input batch) when known.
@@ -71,6 +72,7 @@ impl UdfCall {
             on_error,
             storage_options,
             slots: Arc::new(Semaphore::new(parallel.max(1))),
+            skipped: std::sync::Mutex::new(Vec::new()),
         }
     }
 
@@ -160,6 +162,26 @@ impl UdfCall {
             other => other,
         }
         .into_df()
+    }
+
+    /// Records the rows of `batch` as skipped (`on_error = skip`), by file URL
+    /// where the row has a file, else by UDF and row number.
+    pub fn record_skip(&self, batch: &RecordBatch, row_base: u64) {
+        let mut skipped = self.skipped.lock().unwrap_or_else(|p| p.into_inner());
+        for r in 0..batch.num_rows() {
+            let what = self
+                .file_url(batch, r)
+                .unwrap_or_else(|| format!("{} row {}", self.name, row_base + r as u64));
+            skipped.push(what);
+        }
+    }
+
+    /// What `record_skip` recorded.
+    pub fn skipped(&self) -> Vec<String> {
+        self.skipped
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Tells the prefetch cache that the rows of `batch` are done with their files.

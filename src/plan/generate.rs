@@ -63,6 +63,10 @@ impl GenerateExec {
         }
     }
 
+    pub(crate) fn call(&self) -> &UdfCall {
+        &self.call
+    }
+
     fn with_input(&self, input: Arc<dyn ExecutionPlan>) -> Self {
         Self::new(
             input,
@@ -186,7 +190,8 @@ impl GenState {
                         null_output(&self.schema, 1),
                     ));
                 }
-                OnError::Skip | OnError::Null => {}
+                OnError::Skip => self.call.record_skip(&job.row, job.row_number),
+                OnError::Null => {}
             }
         }
     }

@@ -62,6 +62,10 @@ impl MapExec {
         }
     }
 
+    pub(crate) fn call(&self) -> &UdfCall {
+        &self.call
+    }
+
     fn with_input(&self, input: Arc<dyn ExecutionPlan>) -> Self {
         Self::new(
             input,
@@ -141,7 +145,10 @@ impl ExecutionPlan for MapExec {
                         Ok(values) => append_column(&schema, &chunk, values).map(Some),
                         Err(f) => match call.on_error {
                             OnError::Fail => Err(call.locate(f, &chunk, base)),
-                            OnError::Skip => Ok(None),
+                            OnError::Skip => {
+                                call.record_skip(&chunk, base);
+                                Ok(None)
+                            }
                             OnError::Null => append_column(
                                 &schema,
                                 &chunk,

@@ -9,6 +9,7 @@ mod map;
 mod node;
 mod planner;
 mod prefetch;
+mod report;
 
 pub use aggregate::AggregateExec;
 pub use batch_map::BatchMapExec;
@@ -17,3 +18,4 @@ pub use map::MapExec;
 pub use node::{UdfKind, UdfNode};
 pub use planner::{UdfPlanner, UdfQueryPlanner};
 pub use prefetch::{PrefetchExec, PrefetchLink};
+pub use report::{OperatorReport, RunReport};

@@ -4,6 +4,7 @@ mod support;
 
 mod errors;
 mod execution;
+mod prefetch;
 mod relational;
 mod sources;
 mod udf_kinds;

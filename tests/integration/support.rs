@@ -156,6 +156,7 @@ pub async fn put_files(
 pub struct CountingStore {
     inner: Arc<dyn ObjectStore>,
     gets: AtomicUsize,
+    bytes: Arc<AtomicUsize>,
     in_flight: Arc<AtomicUsize>,
     peak: Arc<AtomicUsize>,
     starts: Mutex<Vec<(Instant, String)>>,
@@ -166,6 +167,7 @@ impl CountingStore {
         Arc::new(Self {
             inner,
             gets: AtomicUsize::new(0),
+            bytes: Arc::new(AtomicUsize::new(0)),
             in_flight: Arc::new(AtomicUsize::new(0)),
             peak: Arc::new(AtomicUsize::new(0)),
             starts: Mutex::new(Vec::new()),
@@ -174,6 +176,11 @@ impl CountingStore {
 
     pub fn gets(&self) -> usize {
         self.gets.load(Ordering::SeqCst)
+    }
+
+    /// Body bytes transferred by GETs.
+    pub fn bytes(&self) -> usize {
+        self.bytes.load(Ordering::SeqCst)
     }
 
     pub fn peak_in_flight(&self) -> usize {
@@ -241,8 +248,12 @@ impl ObjectStore for CountingStore {
         let mut result = self.inner.get_opts(location, options).await?;
         result.payload = match result.payload {
             GetResultPayload::Stream(s) => {
+                let bytes = Arc::clone(&self.bytes);
                 let s = s.map(move |chunk| {
                     let _held = &guard;
+                    if let Ok(c) = &chunk {
+                        bytes.fetch_add(c.len(), Ordering::SeqCst);
+                    }
                     chunk
                 });
                 GetResultPayload::Stream(s.boxed())
@@ -284,4 +295,180 @@ impl ObjectStore for CountingStore {
     ) -> object_store::Result<()> {
         self.inner.copy_opts(from, to, options).await
     }
+}
+
+/// Wraps a store, delaying each GET by `delay(path)` and failing GETs as
+/// `fault(path, attempt)` says (attempt counts the GETs of that path so far).
+pub struct FaultyStore {
+    inner: Arc<dyn ObjectStore>,
+    delay: Box<DelayFn>,
+    fault: Box<FaultFn>,
+    attempts: Mutex<std::collections::HashMap<String, usize>>,
+}
+
+type DelayFn = dyn Fn(&str) -> std::time::Duration + Send + Sync;
+type FaultFn = dyn Fn(&str, usize) -> Fault + Send + Sync;
+
+/// What a GET of a `FaultyStore` does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    None,
+    /// The request fails (like a 503).
+    Request,
+    /// The body breaks off after half of it (like a connection reset).
+    MidBody,
+}
+
+impl FaultyStore {
+    pub fn new(
+        inner: Arc<dyn ObjectStore>,
+        delay: impl Fn(&str) -> std::time::Duration + Send + Sync + 'static,
+        fault: impl Fn(&str, usize) -> Fault + Send + Sync + 'static,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            inner,
+            delay: Box::new(delay),
+            fault: Box::new(fault),
+            attempts: Mutex::new(Default::default()),
+        })
+    }
+}
+
+impl fmt::Debug for FaultyStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "FaultyStore")
+    }
+}
+
+impl fmt::Display for FaultyStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Faulty({})", self.inner)
+    }
+}
+
+fn injected(msg: &str) -> object_store::Error {
+    object_store::Error::Generic {
+        store: "faulty",
+        source: msg.to_string().into(),
+    }
+}
+
+#[async_trait]
+impl ObjectStore for FaultyStore {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        self.inner.put_opts(location, payload, opts).await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn MultipartUpload>> {
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(
+        &self,
+        location: &Path,
+        options: GetOptions,
+    ) -> object_store::Result<GetResult> {
+        let key = location.to_string();
+        let attempt = {
+            let mut a = self.attempts.lock().expect("lock");
+            let n = a.entry(key.clone()).or_default();
+            *n += 1;
+            *n - 1
+        };
+        tokio::time::sleep((self.delay)(&key)).await;
+        match (self.fault)(&key, attempt) {
+            Fault::None => self.inner.get_opts(location, options).await,
+            Fault::Request => Err(injected("injected 503 Service Unavailable")),
+            Fault::MidBody => {
+                let mut result = self.inner.get_opts(location, options).await?;
+                let body = match result.payload {
+                    GetResultPayload::Stream(s) => {
+                        let chunks: Vec<Bytes> = s.map(|c| c.expect("inner body")).collect().await;
+                        chunks.concat()
+                    }
+                    other => panic!("unexpected payload {other:?}"),
+                };
+                let half = Bytes::from(body[..body.len() / 2].to_vec());
+                let parts = vec![Ok(half), Err(injected("injected connection reset"))];
+                result.payload = GetResultPayload::Stream(futures::stream::iter(parts).boxed());
+                Ok(result)
+            }
+        }
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, object_store::Result<Path>>,
+    ) -> BoxStream<'static, object_store::Result<Path>> {
+        self.inner.delete_stream(locations)
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(
+        &self,
+        from: &Path,
+        to: &Path,
+        options: CopyOptions,
+    ) -> object_store::Result<()> {
+        self.inner.copy_opts(from, to, options).await
+    }
+}
+
+/// `prefetch-*` temp dirs under `root/tmp`.
+pub fn prefetch_dirs(root: &FsPath) -> Vec<PathBuf> {
+    std::fs::read_dir(root.join("tmp"))
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with("prefetch-"))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Waits up to 2 s for `root` to have no prefetch dirs (aborted tasks drop their
+/// handles on the runtime, a moment after the stream is dropped).
+pub async fn no_prefetch_dirs_soon(root: &FsPath) -> Vec<PathBuf> {
+    let deadline = Instant::now() + std::time::Duration::from_secs(2);
+    loop {
+        let dirs = prefetch_dirs(root);
+        if dirs.is_empty() || Instant::now() > deadline {
+            return dirs;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+/// Total bytes of files below `dir`.
+pub fn disk_bytes(dir: &FsPath) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => disk_bytes(&e.path()),
+            Ok(_) => e.metadata().map(|m| m.len()).unwrap_or(0),
+            Err(_) => 0,
+        })
+        .sum()
 }

@@ -1,0 +1,509 @@
+//! PrefetchExec and the temporary cache: in-flight bounds, UDF wait, temp dir
+//! lifecycle (success, error, panic, drop, SIGKILL), disk window, ordering,
+//! retries and skips, range reads without prefetch.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use object_store::memory::InMemory;
+use object_store::throttle::{ThrottleConfig, ThrottledStore};
+use object_store::{ObjectStore, PutPayload};
+
+use tokio::io::{AsyncReadExt, AsyncSeekExt};
+use udfchain::{Chain, File, OnError, RunReport, Session, Settings, col};
+
+use crate::support::{
+    CountingStore, Fault, FaultyStore, content, disk_bytes, no_prefetch_dirs_soon, prefetch_dirs,
+    put_files, write_files,
+};
+
+/// A session whose `memory://<name>` serves `n` files through a 20 ms-per-GET
+/// throttle, counted.
+async fn slow_store(name: &str, n: usize, size: usize) -> (Arc<Session>, Arc<CountingStore>) {
+    let inner = Arc::new(InMemory::new());
+    put_files(inner.as_ref(), "", n, |_| size).await;
+    let throttled = ThrottledStore::new(
+        inner,
+        ThrottleConfig {
+            wait_get_per_call: Duration::from_millis(20),
+            ..Default::default()
+        },
+    );
+    let counting = CountingStore::new(Arc::new(throttled));
+    let session = Session::new();
+    session
+        .register_store(&format!("memory://{name}"), Arc::clone(&counting) as _)
+        .expect("register");
+    (session, counting)
+}
+
+fn len_udf(chain: Chain, work: Duration) -> Chain {
+    chain.map("len", move |f: File| async move {
+        tokio::time::sleep(work).await;
+        f.read().await.map(|b| b.len() as u64)
+    })
+}
+
+async fn run_report(chain: &Chain) -> RunReport {
+    let (batches, report) = chain.collect_with_report().await.expect("run");
+    assert!(batches.iter().map(|b| b.num_rows()).sum::<usize>() > 0);
+    report
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_flight_equals_prefetch_and_udf_wait_falls() {
+    let root = tempfile::tempdir().expect("root");
+    let mut waits = Vec::new();
+    for prefetch in [1usize, 4, 8] {
+        let (session, store) = slow_store("inflight", 24, 1024).await;
+        let chain = len_udf(
+            session.from_storage("memory://inflight/").settings(
+                Settings::new()
+                    .prefetch(prefetch)
+                    .parallel(1)
+                    .root(root.path()),
+            ),
+            Duration::from_millis(5),
+        );
+        let report = run_report(&chain).await;
+        assert_eq!(
+            store.peak_in_flight(),
+            prefetch,
+            "peak GETs in flight at prefetch={prefetch}"
+        );
+        assert_eq!(report.metric("PrefetchExec", "files_fetched"), 24);
+        assert_eq!(report.metric("PrefetchExec", "peak_in_flight"), prefetch);
+        assert_eq!(
+            store.gets(),
+            24,
+            "each file is downloaded once; the UDF reads the local copy"
+        );
+        waits.push(report.metric("PrefetchExec", "udf_wait"));
+    }
+    // 24 GETs of 20 ms: about 24 x 15 ms of waiting with one in flight, far less with 8.
+    assert!(
+        waits[1] < waits[0] && waits[2] * 2 < waits[0],
+        "UDF wait (ns) by prefetch 1/4/8: {waits:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_connections_caps_downloads_across_partitions() {
+    let root = tempfile::tempdir().expect("root");
+    let (session, store) = slow_store("cap", 24, 256).await;
+    let settings = Settings::new().prefetch(4).parallel(1).root(root.path());
+    // A union of two listings: two partitions, each with its own prefetch window.
+    let two = |max: usize| {
+        let s = settings.clone().max_connections(max);
+        let a = session.from_storage("memory://cap/d0");
+        let b = session.from_storage("memory://cap/d1");
+        len_udf(a.union(b).settings(s), Duration::from_millis(5))
+    };
+    run_report(&two(64)).await;
+    assert_eq!(store.peak_in_flight(), 8, "two partitions x prefetch 4");
+    let (session2, store2) = slow_store("cap2", 24, 256).await;
+    let capped = len_udf(
+        session2
+            .from_storage("memory://cap2/d0")
+            .union(session2.from_storage("memory://cap2/d1"))
+            .settings(settings.clone().max_connections(3)),
+        Duration::from_millis(5),
+    );
+    run_report(&capped).await;
+    assert_eq!(
+        store2.peak_in_flight(),
+        3,
+        "max_connections = 3 across partitions"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn temp_dir_is_gone_after_success_error_panic_and_drop() {
+    let root = tempfile::tempdir().expect("root");
+    let data = tempfile::tempdir().expect("data");
+    write_files(data.path(), 30, |_| 2000);
+    let uri = data.path().display().to_string();
+    let session = Session::new();
+    let base = || {
+        session
+            .from_storage(&uri)
+            .settings(Settings::new().prefetch(4).root(root.path()))
+    };
+
+    let n = len_udf(base(), Duration::ZERO)
+        .count()
+        .await
+        .expect("success");
+    assert_eq!(n, 30);
+    assert_eq!(
+        no_prefetch_dirs_soon(root.path()).await,
+        Vec::<std::path::PathBuf>::new(),
+        "after success"
+    );
+
+    let err = base()
+        .map("x", |f: File| async move {
+            if f.path.contains("f0011") {
+                return Err(std::io::Error::other("bad file"));
+            }
+            Ok(1u8)
+        })
+        .count()
+        .await;
+    assert!(err.is_err());
+    assert!(
+        no_prefetch_dirs_soon(root.path()).await.is_empty(),
+        "after a UDF error"
+    );
+
+    let err = base()
+        .map("x", |f: File| async move {
+            if f.path.contains("f0012") {
+                panic!("udf panic");
+            }
+            Ok::<_, std::io::Error>(1u8)
+        })
+        .count()
+        .await;
+    assert!(err.is_err());
+    assert!(
+        no_prefetch_dirs_soon(root.path()).await.is_empty(),
+        "after a UDF panic"
+    );
+
+    let mut stream = len_udf(
+        base().settings(Settings::new().parallel(1)),
+        Duration::from_millis(20),
+    )
+    .stream()
+    .await
+    .expect("stream");
+    stream.next().await.expect("first").expect("ok");
+    assert_eq!(
+        prefetch_dirs(root.path()).len(),
+        1,
+        "the temp dir exists while the UDF runs"
+    );
+    drop(stream);
+    assert!(
+        no_prefetch_dirs_soon(root.path()).await.is_empty(),
+        "after the stream is dropped"
+    );
+}
+
+/// Run by `temp_dir_of_a_killed_process_is_swept` in a child process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "helper: runs only as a child process"]
+async fn killed_child_worker() {
+    let Ok(root) = std::env::var("UDFCHAIN_TEST_CHILD_ROOT") else {
+        return;
+    };
+    let data = std::env::var("UDFCHAIN_TEST_CHILD_DATA").expect("data dir");
+    let _ = Session::new()
+        .from_storage(&data)
+        .settings(Settings::new().prefetch(2).parallel(1).root(&root))
+        .map("x", |f: File| async move {
+            tokio::time::sleep(Duration::from_secs(600)).await;
+            Ok::<_, std::io::Error>(f.size)
+        })
+        .count()
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn temp_dir_of_a_killed_process_is_swept() {
+    let root = tempfile::tempdir().expect("root");
+    let data = tempfile::tempdir().expect("data");
+    write_files(data.path(), 5, |_| 100);
+    let mut child = std::process::Command::new(std::env::current_exe().expect("test exe"))
+        .args([
+            "--exact",
+            "prefetch::killed_child_worker",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env("UDFCHAIN_TEST_CHILD_ROOT", root.path())
+        .env("UDFCHAIN_TEST_CHILD_DATA", data.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn child");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while prefetch_dirs(root.path()).is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Wait for the prefetched files to land, then SIGKILL the child mid-run.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reap");
+    let orphans = prefetch_dirs(root.path());
+    assert_eq!(orphans.len(), 1, "the killed child left its temp dir");
+    assert!(disk_bytes(&orphans[0]) > 0, "with prefetched files in it");
+
+    // The next run under the same root sweeps it.
+    let n = Session::new()
+        .from_storage(&data.path().display().to_string())
+        .settings(Settings::new().root(root.path()))
+        .map(
+            "x",
+            |f: File| async move { Ok::<_, std::io::Error>(f.size) },
+        )
+        .count()
+        .await
+        .expect("next run");
+    assert_eq!(n, 5);
+    assert!(!orphans[0].exists(), "the orphan dir was swept");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn temp_disk_use_stays_within_the_window() {
+    const SIZE: usize = 256 * 1024;
+    const PREFETCH: usize = 2;
+    let root = tempfile::tempdir().expect("root");
+    let data = tempfile::tempdir().expect("data");
+    write_files(data.path(), 24, |_| SIZE);
+    let chain = len_udf(
+        Session::new()
+            .from_storage(&data.path().display().to_string())
+            .settings(
+                Settings::new()
+                    .prefetch(PREFETCH)
+                    .parallel(1)
+                    .root(root.path()),
+            ),
+        Duration::from_millis(10),
+    );
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (flag, tmp) = (Arc::clone(&done), root.path().join("tmp"));
+    let sampler = tokio::spawn(async move {
+        let (mut peak, mut samples) = (0u64, 0usize);
+        while !flag.load(std::sync::atomic::Ordering::SeqCst) {
+            peak = peak.max(disk_bytes(&tmp));
+            samples += 1;
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        (peak, samples)
+    });
+    assert_eq!(chain.count().await.expect("run"), 24);
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (peak, samples) = sampler.await.expect("sampler");
+    assert!(samples > 20, "sampled {samples} times");
+    assert!(peak > 0, "the sampler saw prefetched files");
+    let bound = ((PREFETCH + 1) * SIZE) as u64 + 64;
+    assert!(
+        peak <= bound,
+        "temp disk use {peak} > window + one file ({bound})"
+    );
+}
+
+async fn ordered_run(ordered: bool, slow: &'static str) -> Vec<String> {
+    let inner = Arc::new(InMemory::new());
+    put_files(inner.as_ref(), "", 30, |_| 100).await;
+    let store = FaultyStore::new(
+        inner,
+        move |path| {
+            if path.contains(slow) {
+                Duration::from_millis(400)
+            } else {
+                // Pseudo-random 0-25 ms per object.
+                let h = path
+                    .bytes()
+                    .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(b as u64));
+                Duration::from_millis(h % 26)
+            }
+        },
+        |_, _| Fault::None,
+    );
+    let session = Session::new();
+    session
+        .register_store("memory://ordered", store as _)
+        .expect("register");
+    #[derive(serde::Deserialize)]
+    struct R {
+        path: String,
+    }
+    session
+        .from_storage("memory://ordered/")
+        .settings(Settings::new().prefetch(8).parallel(1).ordered(ordered))
+        .map("len", |f: File| async move {
+            f.read().await.map(|b| b.len() as u64)
+        })
+        .select([col("file.path").alias("path")])
+        .to_rows::<R>()
+        .await
+        .expect("run")
+        .into_iter()
+        .map(|r| r.path)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ordered_keeps_input_order_unordered_does_not_wait_for_the_slow_one() {
+    let ordered = ordered_run(true, "f0003").await;
+    let mut sorted = ordered.clone();
+    sorted.sort();
+    assert_eq!(ordered, sorted, "ordered = true keeps the listing order");
+
+    let unordered = ordered_run(false, "f0003").await;
+    assert_eq!(unordered.len(), 30);
+    let slow_at = unordered
+        .iter()
+        .position(|p| p.contains("f0003"))
+        .expect("slow row present");
+    let slow_in_input = sorted
+        .iter()
+        .position(|p| p.contains("f0003"))
+        .expect("in input");
+    assert!(
+        slow_at >= slow_in_input + 8,
+        "with ordered = false the slow object (input #{slow_in_input}) came out #{slow_at}: {unordered:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn injected_faults_are_retried_and_skip_reports_exactly_the_permanent_failures() {
+    const N: usize = 40;
+    let hash = |s: &str, salt: u64| {
+        s.bytes()
+            .fold(salt, |h, b| h.wrapping_mul(131).wrapping_add(b as u64))
+    };
+    let build = |faults: bool| {
+        let inner = Arc::new(InMemory::new());
+        let store = FaultyStore::new(
+            Arc::clone(&inner) as _,
+            |_| Duration::ZERO,
+            move |path, attempt| {
+                if !faults {
+                    return Fault::None;
+                }
+                if path.contains("f0007") || path.contains("f0031") {
+                    return Fault::Request; // permanent
+                }
+                // ~10% request errors and ~10% broken bodies on the first two tries.
+                match (attempt, hash(path, attempt as u64 + 1) % 10) {
+                    (0 | 1, 0) => Fault::Request,
+                    (0 | 1, 1) => Fault::MidBody,
+                    _ => Fault::None,
+                }
+            },
+        );
+        (inner, store)
+    };
+    let rows = |session: Arc<Session>, policy: OnError| async move {
+        #[derive(serde::Deserialize, PartialEq, Debug)]
+        struct R {
+            path: String,
+            sum: u64,
+        }
+        let chain = session
+            .from_storage("memory://faulty/")
+            .settings(Settings::new().prefetch(8).on_error(policy))
+            .map("sum", |f: File| async move {
+                f.read()
+                    .await
+                    .map(|b| b.iter().map(|&x| x as u64).sum::<u64>())
+            })
+            .select([col("file.path").alias("path"), col("sum")]);
+        let (batches, report) = chain.collect_with_report().await.expect("run");
+        let mut out: Vec<R> = batches
+            .iter()
+            .flat_map(|b| serde_arrow::from_record_batch::<Vec<R>>(b).expect("rows"))
+            .collect();
+        out.sort_by(|a, b| a.path.cmp(&b.path));
+        (
+            out.into_iter().map(|r| (r.path, r.sum)).collect::<Vec<_>>(),
+            report,
+        )
+    };
+
+    let (clean_inner, clean_store) = build(false);
+    put_files(clean_inner.as_ref(), "", N, |i| 5000 + i * 100).await;
+    let clean_session = Session::new();
+    clean_session
+        .register_store("memory://faulty", clean_store as _)
+        .expect("register");
+    let (clean, _) = rows(clean_session, OnError::Fail).await;
+    assert_eq!(clean.len(), N);
+
+    let (inner, store) = build(true);
+    put_files(inner.as_ref(), "", N, |i| 5000 + i * 100).await;
+    let session = Session::new();
+    session
+        .register_store("memory://faulty", store as _)
+        .expect("register");
+    let (got, report) = rows(session, OnError::Skip).await;
+    let want: Vec<_> = clean
+        .iter()
+        .filter(|(p, _)| !p.contains("f0007") && !p.contains("f0031"))
+        .cloned()
+        .collect();
+    assert_eq!(
+        got, want,
+        "results equal a clean run minus the permanently failing files"
+    );
+    let mut skipped = report.skipped.clone();
+    skipped.sort();
+    assert_eq!(
+        skipped,
+        vec![
+            "memory://faulty/d1/f0007.bin",
+            "memory://faulty/d1/f0031.bin"
+        ]
+    );
+    assert!(
+        report.metric("PrefetchExec", "retries") > 0,
+        "faults were retried"
+    );
+    assert_eq!(report.metric("PrefetchExec", "skipped_files"), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn header_read_without_prefetch_transfers_a_tiny_part() {
+    const SIZE: usize = 64 * 1024 * 1024;
+    let inner = Arc::new(InMemory::new());
+    let body = content(3, SIZE);
+    inner
+        .put_opts(
+            &"big/blob.bin".into(),
+            PutPayload::from(body.clone()),
+            Default::default(),
+        )
+        .await
+        .expect("put");
+    let store = CountingStore::new(inner);
+    let session = Session::new();
+    session
+        .register_store("memory://hdr", Arc::clone(&store) as _)
+        .expect("register");
+    #[derive(serde::Deserialize)]
+    struct R {
+        hdr: Vec<u8>,
+    }
+    let rows: Vec<R> = session
+        .from_storage("memory://hdr/big")
+        .settings(Settings::new().prefetch(0))
+        .map("hdr", |f: File| async move {
+            let mut r = f.open().await.map_err(std::io::Error::other)?;
+            let mut head = vec![0u8; 1024];
+            r.read_exact(&mut head).await?;
+            // Seek near the end and read the tail too.
+            r.seek(std::io::SeekFrom::End(-16)).await?;
+            let mut tail = vec![0u8; 16];
+            r.read_exact(&mut tail).await?;
+            head.extend(tail);
+            Ok::<_, std::io::Error>(head)
+        })
+        .select([col("hdr")])
+        .to_rows()
+        .await
+        .expect("run");
+    let mut want = body[..1024].to_vec();
+    want.extend_from_slice(&body[SIZE - 16..]);
+    assert_eq!(rows[0].hdr, want);
+    assert!(
+        store.bytes() < SIZE / 100,
+        "{} bytes transferred of {SIZE}",
+        store.bytes()
+    );
+}
