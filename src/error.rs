@@ -59,7 +59,6 @@ impl Error {
         Self::Plan(msg.into())
     }
 
-    #[allow(dead_code)] // used by the caches
     pub(crate) fn io(path: impl std::fmt::Display, source: std::io::Error) -> Self {
         Self::Io {
             path: path.to_string(),

@@ -16,8 +16,10 @@
 //!
 //! Layout: `chain/` the builder and settings; `plan/` the logical UDF node, its
 //! planner and one physical operator per file; `storage/` stores, listing and
-//! the file source UDFs read through; `session/` the DataFusion context and the
-//! UDF pool; the UDF contract itself lives in the `udfchain-udfs` crate.
+//! the file source UDFs read through; `cache/` local copies of stored files (the
+//! per-UDF temporary cache and the shared persistent cache); `session/` the
+//! DataFusion context and the UDF pool; the UDF contract itself lives in the
+//! `udfchain-udfs` crate.
 
 pub mod cache;
 pub mod chain;

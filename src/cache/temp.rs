@@ -158,13 +158,9 @@ impl Drop for TempCache {
     }
 }
 
+/// Files are held whole: a virtual file (a tar member) shares its parent's entry.
 fn key(file: &File) -> String {
-    format!(
-        "{}\u{0}{}\u{0}{}",
-        file.source,
-        file.path,
-        file.location.as_deref().unwrap_or("")
-    )
+    format!("{}\u{0}{}", file.source, file.path)
 }
 
 /// Removes `prefetch-*` dirs under `tmp` whose owner process no longer exists.

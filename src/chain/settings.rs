@@ -32,6 +32,7 @@ pub enum OnError {
 pub struct Settings {
     prefetch: Option<Prefetch>,
     cache: Option<bool>,
+    cache_limit: Option<u64>,
     parallel: Option<usize>,
     workers: Option<usize>,
     batch_size: Option<usize>,
@@ -62,6 +63,13 @@ impl Settings {
     /// Keep downloaded files in the shared persistent cache (default false).
     pub fn cache(mut self, on: bool) -> Self {
         self.cache = Some(on);
+        self
+    }
+
+    /// Size limit of the shared cache in bytes; least recently used entries
+    /// are evicted past it (default: no limit).
+    pub fn cache_limit(mut self, bytes: u64) -> Self {
+        self.cache_limit = Some(bytes);
         self
     }
 
@@ -122,6 +130,7 @@ impl Settings {
         take!(
             prefetch,
             cache,
+            cache_limit,
             parallel,
             workers,
             batch_size,
@@ -145,6 +154,15 @@ impl Settings {
 
     pub fn get_cache(&self) -> bool {
         self.cache.unwrap_or(false)
+    }
+
+    pub fn get_cache_limit(&self) -> Option<u64> {
+        self.cache_limit
+    }
+
+    /// The shared cache dir: `<root>/cache`.
+    pub fn cache_dir(&self) -> PathBuf {
+        self.get_root().join("cache")
     }
 
     pub fn get_parallel(&self) -> usize {

@@ -122,6 +122,8 @@ impl ExtensionPlanner for UdfPlanner {
                 max_connections: s.get_max_connections(),
                 on_error: s.get_on_error(),
                 root: s.get_root(),
+                cache: s.get_cache(),
+                cache_limit: s.get_cache_limit(),
                 storage_options: s.get_storage_options().clone(),
             };
             let exec: Arc<dyn ExecutionPlan> = Arc::new(PrefetchExec::new(

@@ -39,7 +39,7 @@ use tokio::sync::Semaphore;
 use udfchain_udfs::{File, decode_column};
 
 use super::common::{slices, unary_exec_boilerplate};
-use crate::cache::TempCache;
+use crate::cache::{SharedCache, TempCache};
 use crate::chain::{OnError, Prefetch};
 use crate::error::Error;
 use crate::session::{PoolTask, spawn_on};
@@ -79,6 +79,9 @@ pub struct PrefetchOptions {
     pub max_connections: usize,
     pub on_error: OnError,
     pub root: PathBuf,
+    /// Download into the shared cache (`cache = true`) instead of a temp dir.
+    pub cache: bool,
+    pub cache_limit: Option<u64>,
     pub storage_options: std::collections::BTreeMap<String, String>,
 }
 
@@ -143,8 +146,8 @@ impl DisplayAs for PrefetchExec {
         };
         write!(
             f,
-            "PrefetchExec: prefetch={prefetch}, ordered={}, max_connections={}",
-            self.options.ordered, self.options.max_connections
+            "PrefetchExec: prefetch={prefetch}, ordered={}, max_connections={}, cache={}",
+            self.options.ordered, self.options.max_connections, self.options.cache
         )
     }
 }
@@ -162,7 +165,15 @@ impl ExecutionPlan for PrefetchExec {
         ctx: Arc<TaskContext>,
     ) -> DfResult<SendableRecordBatchStream> {
         let input = self.input.execute(partition, Arc::clone(&ctx))?;
-        let temp = TempCache::create(&self.options.root, None).map_err(Error::into_df)?;
+        // The shared cache serves files it holds even with `cache = false`.
+        let cache_dir = self.options.root.join("cache");
+        let shared = if self.options.cache || cache_dir.is_dir() {
+            Some(SharedCache::open(&cache_dir, self.options.cache_limit).map_err(Error::into_df)?)
+        } else {
+            None
+        };
+        let fallback = shared.clone().map(|s| s as Arc<dyn LocalCopies>);
+        let temp = TempCache::create(&self.options.root, fallback).map_err(Error::into_df)?;
         let local: Arc<dyn LocalCopies> = Arc::clone(&temp) as _;
         self.link.publish(partition, &local);
         let m = |name: &'static str| MetricBuilder::new(&self.metrics).counter(name, partition);
@@ -193,6 +204,8 @@ impl ExecutionPlan for PrefetchExec {
             shared: Arc::new(Shared {
                 file_cols: self.file_cols.clone(),
                 temp,
+                shared,
+                into_cache: self.options.cache,
                 source: StoreSource::new(
                     ctx.runtime_env(),
                     self.options.storage_options.clone(),
@@ -202,6 +215,8 @@ impl ExecutionPlan for PrefetchExec {
                 max_connections: self.options.max_connections.max(1),
                 on_error: self.options.on_error,
                 active: AtomicUsize::new(0),
+                fetching: Mutex::default(),
+                pinned: Mutex::default(),
                 skipped: Arc::clone(&self.skipped),
                 metrics,
             }),
@@ -229,11 +244,20 @@ struct PrefetchMetrics {
 struct Shared {
     file_cols: Vec<usize>,
     temp: Arc<TempCache>,
+    shared: Option<Arc<SharedCache>>,
+    /// `cache = true`: downloads go into `shared`.
+    into_cache: bool,
     source: StoreSource,
     connections: Arc<Semaphore>,
     max_connections: usize,
     on_error: OnError,
     active: AtomicUsize,
+    /// The parent of the last virtual file fetched, held one extra time so the
+    /// next members of the same shard find it even when the window ran dry
+    /// in between (at most one file beyond the window).
+    pinned: Mutex<Option<File>>,
+    /// Per-object locks: one download of an object at a time.
+    fetching: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     skipped: Arc<Mutex<Vec<String>>>,
     metrics: PrefetchMetrics,
 }
@@ -347,7 +371,11 @@ impl Shared {
             let Some(file) = files.into_iter().next().flatten() else {
                 continue;
             };
-            if let Err(e) = self.fetch_file(&file).await {
+            let fetched = self.fetch_file(&file).await;
+            if fetched.is_ok() && file.member().is_some() {
+                self.pin(file.parent());
+            }
+            if let Err(e) = fetched {
                 match self.on_error {
                     OnError::Fail => return Err(e.into_df()),
                     OnError::Skip => {
@@ -365,11 +393,80 @@ impl Shared {
         Ok(Some(row))
     }
 
+    /// Holds `parent` one extra time, releasing the previously pinned parent.
+    fn pin(&self, parent: File) {
+        let mut pinned = self.pinned.lock().unwrap_or_else(|p| p.into_inner());
+        if pinned
+            .as_ref()
+            .is_some_and(|p| p.path == parent.path && p.source == parent.source)
+        {
+            return;
+        }
+        if self.temp.acquire(&parent) {
+            if let Some(old) = pinned.replace(parent) {
+                self.temp.release(&old);
+            }
+        }
+    }
+
+    /// Makes a local copy of `file` (of its parent, for a virtual file) and
+    /// counts one more row using it. One download per object at a time: rows
+    /// sharing a parent wait for the first download instead of starting their own.
     async fn fetch_file(&self, file: &File) -> Result<(), Error> {
-        if self.temp.acquire(file) {
+        let file = &file.parent();
+        let key = format!("{}\u{0}{}", file.source, file.path);
+        let lock = Arc::clone(
+            self.fetching
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .entry(key.clone())
+                .or_default(),
+        );
+        let result = {
+            let _one = lock.lock().await;
+            self.fetch_locked(file).await
+        };
+        let mut fetching = self.fetching.lock().unwrap_or_else(|p| p.into_inner());
+        if Arc::strong_count(&lock) == 2 {
+            fetching.remove(&key);
+        }
+        result
+    }
+
+    async fn fetch_locked(&self, file: &File) -> Result<(), Error> {
+        let in_shared = || self.shared.as_ref().is_some_and(|c| c.get(file).is_some());
+        if self.temp.acquire(file) || in_shared() {
             self.metrics.cache_hits.add(1);
             return Ok(());
         }
+        match (&self.shared, self.into_cache) {
+            (Some(cache), true) => {
+                let (_, downloaded) = cache
+                    .get_or_fetch(file, |tmp| async move { self.download(file, &tmp).await })
+                    .await?;
+                if !downloaded {
+                    self.metrics.cache_hits.add(1);
+                }
+                Ok(())
+            }
+            _ => {
+                let dest = self.temp.new_path(file);
+                match self.download(file, &dest).await {
+                    Ok(()) => {
+                        self.temp.insert(file, dest);
+                        Ok(())
+                    }
+                    Err(e) => {
+                        let _ = tokio::fs::remove_file(&dest).await;
+                        Err(e)
+                    }
+                }
+            }
+        }
+    }
+
+    /// Downloads `file` to `dest` within the connection cap, counting it.
+    async fn download(&self, file: &File, dest: &std::path::Path) -> Result<(), Error> {
         let (store, path) = self.source.resolve(file).map_err(|e| Error::Storage {
             url: file.url(),
             source: Arc::new(e),
@@ -381,21 +478,12 @@ impl Shared {
             .map_err(|e| Error::plan(e.to_string()))?;
         let now = self.active.fetch_add(1, Ordering::SeqCst) + 1;
         self.metrics.peak_in_flight.set_max(now);
-        let dest = self.temp.new_path(file);
-        let result = download_to(&store, &path, file.size, &dest, &file.url()).await;
+        let result = download_to(&store, &path, file.size, dest, &file.url()).await;
         self.active.fetch_sub(1, Ordering::SeqCst);
-        match result {
-            Ok(d) => {
-                self.metrics.files_fetched.add(1);
-                self.metrics.bytes_fetched.add(d.bytes as usize);
-                self.metrics.retries.add(d.retries as usize);
-                self.temp.insert(file, dest);
-                Ok(())
-            }
-            Err(e) => {
-                let _ = tokio::fs::remove_file(&dest).await;
-                Err(e)
-            }
-        }
+        let d = result?;
+        self.metrics.files_fetched.add(1);
+        self.metrics.bytes_fetched.add(d.bytes as usize);
+        self.metrics.retries.add(d.retries as usize);
+        Ok(())
     }
 }

@@ -77,6 +77,9 @@ impl StoreSource {
 #[async_trait]
 impl FileSource for StoreSource {
     async fn read(&self, file: &File) -> Result<Bytes, UdfError> {
+        if file.member().is_some() {
+            return self.read_range(file, 0..file.size).await;
+        }
         if let Some(p) = self.local_path(file) {
             return tokio::fs::read(&p)
                 .await
@@ -96,15 +99,21 @@ impl FileSource for StoreSource {
     }
 
     async fn read_range(&self, file: &File, range: Range<u64>) -> Result<Bytes, UdfError> {
-        if range.start >= range.end {
+        let end = range.end.min(file.size);
+        if range.start >= end {
             return Ok(Bytes::new());
         }
-        if let Some(p) = self.local_path(file) {
+        // A virtual file reads its range of the parent object.
+        let (target, range) = match file.member() {
+            Some(m) => (file.parent(), m.offset + range.start..m.offset + end),
+            None => (file.clone(), range.start..end),
+        };
+        if let Some(p) = self.local.as_ref().and_then(|l| l.local_path(&target)) {
             return read_local_range(&p, range)
                 .await
                 .map_err(|e| read_error(file, e));
         }
-        let (store, path) = self.resolve(file)?;
+        let (store, path) = self.resolve(&target)?;
         let task = spawn_on(&self.io, async move { store.get_range(&path, range).await });
         task.await
             .map_err(|e| read_error(file, std::io::Error::other(e)))?
@@ -112,6 +121,10 @@ impl FileSource for StoreSource {
     }
 
     fn local_path(&self, file: &File) -> Option<PathBuf> {
+        // A local copy of a virtual file's parent is not a copy of the file.
+        if file.member().is_some() {
+            return None;
+        }
         self.local.as_ref()?.local_path(file)
     }
 }

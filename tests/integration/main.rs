@@ -2,9 +2,11 @@
 
 mod support;
 
+mod caching;
 mod errors;
 mod execution;
 mod prefetch;
 mod relational;
+mod shared_cache;
 mod sources;
 mod udf_kinds;

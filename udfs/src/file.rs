@@ -78,17 +78,56 @@ impl File {
         }
     }
 
-    /// `source/path`, the full URL of the object.
+    /// `source/path`, the full URL of the object (`#member` for a virtual file).
     pub fn url(&self) -> String {
-        if self.source.is_empty() {
-            return self.path.clone();
+        let mut url = if self.source.is_empty() {
+            self.path.clone()
+        } else {
+            format!("{}/{}", self.source.trim_end_matches('/'), self.path)
+        };
+        if let Some(m) = self.member() {
+            url.push('#');
+            url.push_str(&m.name);
         }
-        format!("{}/{}", self.source.trim_end_matches('/'), self.path)
+        url
     }
 
-    /// The last path segment.
+    /// The last segment of `path` (for a virtual file, of its parent; the
+    /// member's own name is `member().name`).
     pub fn name(&self) -> &str {
         self.path.rsplit('/').next().unwrap_or(&self.path)
+    }
+
+    /// A virtual file: `size` bytes at `offset` inside the object `parent`
+    /// (a tar member, a byte range of a shard).
+    pub fn member_of(parent: &File, name: &str, offset: u64, size: u64) -> File {
+        let member = Member {
+            name: name.to_string(),
+            offset,
+            parent_size: parent.size,
+        };
+        File {
+            size,
+            location: serde_json::to_string(&member).ok(),
+            ..parent.clone()
+        }
+    }
+
+    /// Where this virtual file lies in its parent object; `None` for whole objects.
+    pub fn member(&self) -> Option<Member> {
+        serde_json::from_str(self.location.as_deref()?).ok()
+    }
+
+    /// The whole object a virtual file lies in (itself for a whole object).
+    pub fn parent(&self) -> File {
+        match self.member() {
+            Some(m) => File {
+                size: m.parent_size,
+                location: None,
+                ..self.clone()
+            },
+            None => self.clone(),
+        }
     }
 
     /// Reads the whole object.
@@ -145,6 +184,17 @@ impl File {
             pending: None,
         }))
     }
+}
+
+/// The `location` of a virtual file: `size` bytes at `offset` of the parent object.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    /// The member's name inside the parent (e.g. its path in a tar archive).
+    pub name: String,
+    /// Byte offset of the member's data in the parent.
+    pub offset: u64,
+    /// Size of the parent object.
+    pub parent_size: u64,
 }
 
 /// Where a UDF's `File` reads come from. The engine implements it over object

@@ -1,0 +1,625 @@
+//! [`SharedCache`]: a persistent cache of whole stored objects in one local
+//! directory, shared by every thread and every process that opens it.
+//!
+//! Guarantees:
+//! - **Complete entries only.** An entry appears by renaming a fully written,
+//!   fsynced temp file whose length was checked against `File::size`, so a reader
+//!   never sees a half-written entry. [`SharedCache::get`] also checks the length
+//!   and deletes an entry that does not match (a truncated or damaged file).
+//! - **One download per key.** Concurrent [`SharedCache::get_or_fetch`] calls for
+//!   one key in a process wait for a single fetch (per-key async mutex), and
+//!   processes exclude each other with an exclusive file lock on `<entry>.lock`
+//!   held while checking and fetching.
+//! - **Size limit.** With a limit, writes prune least-recently-used entries (by
+//!   mtime; a hit refreshes it) so the total stays within the limit, never removing
+//!   the entry just written, nor an entry whose key another caller holds locked.
+//! - **Stable keys.** Entry names are SHA-256 hex of the file's identity (source,
+//!   path, version or etag or size and mtime, location), equal across processes.
+//! - **Cancel safety.** Dropping a `get_or_fetch` future leaves no partial entry: its
+//!   temp file is removed, and any temp file left by a killed process is ignored by
+//!   `get`/`du` and removed by `prune_to`/`clear`.
+//!
+//! Layout: `<dir>/<first 2 hex chars>/<hex>` is an entry; `<hex>.lock` and
+//! `.tmp-<hex>-*` next to it are its lock file and in-progress downloads.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use fs4::{FileExt, TryLockError};
+use sha2::{Digest, Sha256};
+use tempfile::TempPath;
+use udfchain_udfs::File;
+
+use crate::error::{Error, Result};
+use crate::storage::source::LocalCopies;
+
+/// Hex chars of an entry name (SHA-256).
+const KEY_LEN: usize = 64;
+const LOCK_SUFFIX: &str = ".lock";
+const TEMP_PREFIX: &str = ".tmp-";
+
+/// Number and total size of cache entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CacheUsage {
+    pub files: u64,
+    pub bytes: u64,
+}
+
+type Flights = Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>;
+
+/// A persistent, size-limited cache of whole objects in a local directory.
+pub struct SharedCache {
+    dir: PathBuf,
+    limit: Option<u64>,
+    /// In-process single flight: one async mutex per key being fetched.
+    flights: Flights,
+    /// Upper estimate of the total entry bytes (`None`: unknown), so that a write
+    /// under the limit does not rescan the directory.
+    estimate: Arc<Mutex<Option<u64>>>,
+}
+
+impl std::fmt::Debug for SharedCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedCache")
+            .field("dir", &self.dir)
+            .field("limit", &self.limit)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SharedCache {
+    /// Opens (creating) the cache dir. `limit`: max total bytes of entries, LRU-evicted.
+    pub fn open(dir: impl Into<PathBuf>, limit: Option<u64>) -> Result<Arc<Self>> {
+        let dir = dir.into();
+        fs::create_dir_all(&dir).map_err(|e| Error::io(dir.display(), e))?;
+        Ok(Arc::new(Self {
+            dir,
+            limit,
+            flights: Mutex::new(HashMap::new()),
+            estimate: Arc::new(Mutex::new(None)),
+        }))
+    }
+
+    /// The cache directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The stable key of `file`: SHA-256 hex of its source, path, identity (version,
+    /// else etag, else size and last_modified) and location. It is the entry's name.
+    pub fn key(file: &File) -> String {
+        let identity = match (&file.version, &file.etag) {
+            (Some(v), _) => format!("version:{v}"),
+            (None, Some(e)) => format!("etag:{e}"),
+            (None, None) => match file.last_modified {
+                Some(ms) => format!("size:{}:modified:{ms}", file.size),
+                None => format!("size:{}", file.size),
+            },
+        };
+        let location = match &file.location {
+            Some(l) => format!("some:{l}"),
+            None => "none".to_string(),
+        };
+        let mut h = Sha256::new();
+        for part in [
+            "udfchain-cache-v1",
+            &file.source,
+            &file.path,
+            &identity,
+            &location,
+        ] {
+            // Length-prefixed, so field boundaries cannot shift between files.
+            h.update((part.len() as u64).to_le_bytes());
+            h.update(part.as_bytes());
+        }
+        h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Path of the complete entry if present and its length == `file.size`; a
+    /// wrong-size (e.g. truncated) entry is deleted and `None` returned. A hit
+    /// refreshes the entry's mtime, which orders LRU eviction.
+    pub fn get(&self, file: &File) -> Option<PathBuf> {
+        check_entry(&self.entry_path(&Self::key(file)), file.size)
+    }
+
+    /// Returns the entry of `file`, downloading it with `fetch` if missing, as
+    /// `(path, downloaded)`. `fetch(tmp)` must write the whole object to `tmp`, a
+    /// temp file inside the cache dir; the entry appears only if it then holds
+    /// exactly `file.size` bytes (else an error naming the file and both sizes).
+    ///
+    /// Concurrent calls for one key, in this process or others sharing the dir, run
+    /// one fetch; the others wait for it and return its entry. After a write, with
+    /// a limit set and the total over it, least-recently-used entries are pruned to
+    /// 90% of the limit (so a full cache is not rescanned on every write), never
+    /// the entry just written; pruning is housekeeping, its errors do not fail the
+    /// call.
+    ///
+    /// # Cancel safety
+    /// Dropping the future leaves no partial entry visible (a leftover temp file is
+    /// ignored by `get`/`du` and removed by `clear`/`prune_to`); once the fetch has
+    /// finished, the entry is completed in the background.
+    pub async fn get_or_fetch<F, Fut>(&self, file: &File, fetch: F) -> Result<(PathBuf, bool)>
+    where
+        F: FnOnce(PathBuf) -> Fut,
+        Fut: Future<Output = Result<()>>,
+    {
+        let key = Self::key(file);
+        let entry = self.entry_path(&key);
+        if let Some(p) = check_entry(&entry, file.size) {
+            return Ok((p, false));
+        }
+
+        let flight = Flight::join(&self.flights, &key);
+        let _turn = flight.wait().await;
+        // The caller ahead of us may just have written it.
+        if let Some(p) = check_entry(&entry, file.size) {
+            return Ok((p, false));
+        }
+
+        let size = file.size;
+        let prepared = blocking(&entry, {
+            let entry = entry.clone();
+            move || prepare(&entry, &key, size)
+        })
+        .await?;
+        let (lock, tmp) = match prepared {
+            Prepared::Hit(p) => return Ok((p, false)),
+            Prepared::Fetch(lock, tmp) => (lock, tmp),
+        };
+
+        // On error or cancellation `tmp` (removing the file) and `lock` are dropped.
+        fetch(tmp.to_path_buf()).await?;
+
+        let url = file.url();
+        let (dir, limit, estimate) = (self.dir.clone(), self.limit, Arc::clone(&self.estimate));
+        let path = blocking(&entry, {
+            let entry = entry.clone();
+            move || {
+                let path = install(tmp, &entry, size, &url)?;
+                if let Some(limit) = limit {
+                    // Best effort: the entry is complete whatever pruning does.
+                    let _ = prune_after_write(&dir, limit, size, &entry, &estimate);
+                }
+                drop(lock);
+                Ok(path)
+            }
+        })
+        .await?;
+        Ok((path, true))
+    }
+
+    /// Number and bytes of complete entries (temp and lock files not counted).
+    pub fn du(&self) -> Result<CacheUsage> {
+        let scan = scan(&self.dir)?;
+        Ok(CacheUsage {
+            files: scan.entries.len() as u64,
+            bytes: scan.entries.iter().map(|e| e.len).sum(),
+        })
+    }
+
+    /// Removes least-recently-used entries until the total is at most `max_bytes`,
+    /// skipping entries whose key is locked by a running fetch; also removes leftover
+    /// temp files and unused lock files. Returns what was removed.
+    pub fn prune_to(&self, max_bytes: u64) -> Result<CacheUsage> {
+        let (removed, remaining) = prune(&self.dir, max_bytes, None)?;
+        *lock_estimate(&self.estimate) = Some(remaining);
+        Ok(removed)
+    }
+
+    /// Removes every entry, leftover temp file and unused lock file.
+    pub fn clear(&self) -> Result<()> {
+        let scan = scan(&self.dir)?;
+        for e in &scan.entries {
+            remove_if_exists(&e.path)?;
+        }
+        sweep(&scan)?;
+        *lock_estimate(&self.estimate) = None;
+        Ok(())
+    }
+
+    fn entry_path(&self, key: &str) -> PathBuf {
+        self.dir.join(&key[..2]).join(key)
+    }
+}
+
+impl LocalCopies for SharedCache {
+    fn local_path(&self, file: &File) -> Option<PathBuf> {
+        self.get(file)
+    }
+}
+
+/// The entry at `path` if it holds `size` bytes (refreshing its mtime); a
+/// wrong-size entry is deleted.
+fn check_entry(path: &Path, size: u64) -> Option<PathBuf> {
+    let meta = fs::metadata(path).ok()?;
+    if !meta.is_file() {
+        return None;
+    }
+    if meta.len() != size {
+        let _ = fs::remove_file(path);
+        return None;
+    }
+    if let Ok(f) = fs::File::options().write(true).open(path) {
+        let _ = f.set_modified(SystemTime::now());
+    }
+    Some(path.to_path_buf())
+}
+
+fn lock_path(entry: &Path) -> PathBuf {
+    let mut s = entry.as_os_str().to_owned();
+    s.push(LOCK_SUFFIX);
+    PathBuf::from(s)
+}
+
+enum Prepared {
+    Hit(PathBuf),
+    Fetch(KeyLock, TempPath),
+}
+
+/// Under the key's file lock: the entry if another process wrote it meanwhile,
+/// else the lock and a fresh temp file to fetch into.
+fn prepare(entry: &Path, key: &str, size: u64) -> Result<Prepared> {
+    let shard = entry.parent().unwrap_or(entry);
+    fs::create_dir_all(shard).map_err(|e| Error::io(shard.display(), e))?;
+    let lock = KeyLock::acquire(&lock_path(entry))?;
+    if let Some(p) = check_entry(entry, size) {
+        return Ok(Prepared::Hit(p));
+    }
+    let prefix = format!("{TEMP_PREFIX}{key}-");
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(&prefix);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        builder.permissions(fs::Permissions::from_mode(0o644));
+    }
+    let tmp = builder
+        .tempfile_in(shard)
+        .map_err(|e| Error::io(shard.display(), e))?
+        .into_temp_path();
+    Ok(Prepared::Fetch(lock, tmp))
+}
+
+/// Fsyncs the fetched temp file, checks its size and renames it into place.
+fn install(tmp: TempPath, entry: &Path, size: u64, url: &str) -> Result<PathBuf> {
+    let io_err = |e| Error::io(tmp.display(), e);
+    let f = fs::File::options().write(true).open(&tmp).map_err(io_err)?;
+    f.sync_all().map_err(io_err)?;
+    let got = f.metadata().map_err(io_err)?.len();
+    if got != size {
+        return Err(Error::Storage {
+            url: url.to_string(),
+            source: Arc::new(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("downloaded {got} bytes into the cache, but the file's size is {size}"),
+            )),
+        });
+    }
+    // The same clock as `check_entry`'s touch, at full precision, for LRU order.
+    let _ = f.set_modified(SystemTime::now());
+    drop(f);
+    tmp.persist(entry)
+        .map_err(|e| Error::io(entry.display(), e.error))?;
+    #[cfg(unix)]
+    if let Some(shard) = entry.parent()
+        && let Ok(d) = fs::File::open(shard)
+    {
+        let _ = d.sync_all();
+    }
+    Ok(entry.to_path_buf())
+}
+
+/// Runs blocking file work off the async workers.
+async fn blocking<T: Send + 'static>(
+    what: &Path,
+    f: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Error::io(what.display(), io::Error::other(e)))?
+}
+
+/// A key's slot in the in-process single-flight map; the map entry is removed when
+/// its last user leaves.
+struct Flight<'a> {
+    flights: &'a Flights,
+    key: String,
+    mutex: Option<Arc<tokio::sync::Mutex<()>>>,
+}
+
+impl<'a> Flight<'a> {
+    fn join(flights: &'a Flights, key: &str) -> Self {
+        let mut map = flights.lock().unwrap_or_else(|p| p.into_inner());
+        let mutex = Arc::clone(map.entry(key.to_string()).or_default());
+        Self {
+            flights,
+            key: key.to_string(),
+            mutex: Some(mutex),
+        }
+    }
+
+    async fn wait(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+        match &self.mutex {
+            Some(m) => Some(m.lock().await),
+            None => None,
+        }
+    }
+}
+
+impl Drop for Flight<'_> {
+    fn drop(&mut self) {
+        let mut map = self.flights.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(mutex) = self.mutex.take() {
+            // Clones are only made under the map lock, so 2 (the map's and ours)
+            // means nobody else is waiting. Ours is dropped before the map lock.
+            if Arc::strong_count(&mutex) == 2
+                && map.get(&self.key).is_some_and(|m| Arc::ptr_eq(m, &mutex))
+            {
+                map.remove(&self.key);
+            }
+        }
+    }
+}
+
+enum TryLock {
+    Held(KeyLock),
+    Busy,
+    Missing,
+}
+
+/// An exclusive `flock` on a key's lock file, released on drop.
+struct KeyLock {
+    file: fs::File,
+}
+
+impl KeyLock {
+    fn open(path: &Path, create: bool) -> io::Result<fs::File> {
+        fs::File::options()
+            .read(true)
+            .write(true)
+            .create(create)
+            .truncate(false)
+            .open(path)
+    }
+
+    /// Blocks until the lock is held.
+    fn acquire(path: &Path) -> Result<Self> {
+        loop {
+            let file = Self::open(path, true).map_err(|e| Error::io(path.display(), e))?;
+            FileExt::lock(&file).map_err(|e| Error::io(path.display(), e))?;
+            // A pruner may have unlinked the file while we waited: lock the new one.
+            if still_linked(&file, path) {
+                return Ok(Self { file });
+            }
+        }
+    }
+
+    /// The lock if nobody holds it now. Without `create`, a missing lock file is
+    /// reported as such: then nobody holds it, as a lock file is only unlinked by
+    /// its holder.
+    fn try_acquire(path: &Path, create: bool) -> Result<TryLock> {
+        let file = match Self::open(path, create) {
+            Ok(f) => f,
+            Err(e) if !create && e.kind() == io::ErrorKind::NotFound => {
+                return Ok(TryLock::Missing);
+            }
+            Err(e) => return Err(Error::io(path.display(), e)),
+        };
+        match FileExt::try_lock(&file) {
+            Ok(()) if still_linked(&file, path) => Ok(TryLock::Held(Self { file })),
+            Ok(()) => Ok(TryLock::Missing),
+            Err(TryLockError::WouldBlock) => Ok(TryLock::Busy),
+            Err(TryLockError::Error(e)) => Err(Error::io(path.display(), e)),
+        }
+    }
+
+    /// Unlinks the lock file while holding it (waiters notice and retry).
+    fn remove(self, path: &Path) -> Result<()> {
+        #[cfg(unix)]
+        remove_if_exists(path)?;
+        #[cfg(not(unix))]
+        let _ = path;
+        drop(self);
+        Ok(())
+    }
+}
+
+impl Drop for KeyLock {
+    fn drop(&mut self) {
+        let _ = FileExt::unlock(&self.file);
+    }
+}
+
+/// Whether `path` still names the locked file.
+fn still_linked(file: &fs::File, path: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        match (file.metadata(), fs::metadata(path)) {
+            (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+            _ => false,
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (file, path);
+        true
+    }
+}
+
+fn lock_estimate(estimate: &Mutex<Option<u64>>) -> std::sync::MutexGuard<'_, Option<u64>> {
+    estimate.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// After writing `written` bytes at `keep`: prunes to 90% of `limit` if the total
+/// may be over it.
+fn prune_after_write(
+    dir: &Path,
+    limit: u64,
+    written: u64,
+    keep: &Path,
+    estimate: &Mutex<Option<u64>>,
+) -> Result<()> {
+    let mut est = lock_estimate(estimate);
+    if let Some(e) = est.as_mut() {
+        *e = e.saturating_add(written);
+        if *e <= limit {
+            return Ok(());
+        }
+    }
+    *est = None;
+    let low_water = limit - limit / 10;
+    let (_, remaining) = prune(dir, low_water, Some(keep))?;
+    *est = Some(remaining);
+    Ok(())
+}
+
+/// Removes LRU entries (skipping `keep` and locked keys) until the total is at
+/// most `max_bytes`. Returns (removed, remaining total).
+fn prune(dir: &Path, max_bytes: u64, keep: Option<&Path>) -> Result<(CacheUsage, u64)> {
+    let mut scan = scan(dir)?;
+    scan.entries
+        .sort_by(|a, b| (a.mtime, &a.path).cmp(&(b.mtime, &b.path)));
+    let mut total: u64 = scan.entries.iter().map(|e| e.len).sum();
+    let mut removed = CacheUsage::default();
+    for e in &scan.entries {
+        if total <= max_bytes {
+            break;
+        }
+        if keep == Some(e.path.as_path()) {
+            continue;
+        }
+        let lock_file = lock_path(&e.path);
+        // Creating the lock file makes a caller about to check this key wait.
+        let TryLock::Held(lock) = KeyLock::try_acquire(&lock_file, true)? else {
+            continue; // being fetched or checked right now
+        };
+        match fs::remove_file(&e.path) {
+            Ok(()) => {
+                removed.files += 1;
+                removed.bytes += e.len;
+            }
+            Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+            Err(err) => return Err(Error::io(e.path.display(), err)),
+        }
+        total -= e.len;
+        lock.remove(&lock_file)?;
+    }
+    sweep(&scan)?;
+    Ok((removed, total))
+}
+
+/// Removes temp files and lock files of keys nobody holds locked (leftovers of
+/// cancelled or killed fetches, or of removed entries).
+fn sweep(scan: &Scan) -> Result<()> {
+    for (tmp, entry) in &scan.temps {
+        // A temp file's writer holds its key's lock until the temp file is gone.
+        let lock_file = lock_path(entry);
+        match KeyLock::try_acquire(&lock_file, false)? {
+            TryLock::Busy => {}
+            TryLock::Missing => remove_if_exists(tmp)?,
+            TryLock::Held(lock) => {
+                remove_if_exists(tmp)?;
+                if !entry.exists() {
+                    lock.remove(&lock_file)?;
+                }
+            }
+        }
+    }
+    for (lock_file, entry) in &scan.locks {
+        if entry.exists() {
+            continue;
+        }
+        if let TryLock::Held(lock) = KeyLock::try_acquire(lock_file, false)?
+            && !entry.exists()
+        {
+            lock.remove(lock_file)?;
+        }
+    }
+    Ok(())
+}
+
+fn remove_if_exists(path: &Path) -> Result<()> {
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(Error::io(path.display(), e)),
+        _ => Ok(()),
+    }
+}
+
+struct EntryInfo {
+    path: PathBuf,
+    len: u64,
+    mtime: SystemTime,
+}
+
+/// The cache dir's files by kind; temps and locks with their entry's path.
+#[derive(Default)]
+struct Scan {
+    entries: Vec<EntryInfo>,
+    temps: Vec<(PathBuf, PathBuf)>,
+    locks: Vec<(PathBuf, PathBuf)>,
+}
+
+fn is_key(s: &str) -> bool {
+    s.len() == KEY_LEN && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// Reads a directory; a directory removed meanwhile reads as empty.
+fn read_dir(dir: &Path) -> Result<Vec<fs::DirEntry>> {
+    match fs::read_dir(dir) {
+        Ok(rd) => rd
+            .collect::<io::Result<Vec<_>>>()
+            .map_err(|e| Error::io(dir.display(), e)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(Error::io(dir.display(), e)),
+    }
+}
+
+fn scan(dir: &Path) -> Result<Scan> {
+    let mut scan = Scan::default();
+    for shard in read_dir(dir)? {
+        let name = shard.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name.len() != 2 || !name.bytes().all(|b| b.is_ascii_hexdigit()) {
+            continue;
+        }
+        let shard = shard.path();
+        if !shard.is_dir() {
+            continue;
+        }
+        for f in read_dir(&shard)? {
+            let name = f.file_name();
+            let Some(name) = name.to_str() else { continue };
+            let path = f.path();
+            if is_key(name) {
+                let meta = match f.metadata() {
+                    Ok(m) => m,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(Error::io(path.display(), e)),
+                };
+                if meta.is_file() {
+                    scan.entries.push(EntryInfo {
+                        len: meta.len(),
+                        mtime: meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+                        path,
+                    });
+                }
+            } else if let Some(key) = name.strip_suffix(LOCK_SUFFIX)
+                && is_key(key)
+            {
+                scan.locks.push((path, shard.join(key)));
+            } else if let Some(key) = name
+                .strip_prefix(TEMP_PREFIX)
+                .and_then(|rest| rest.get(..KEY_LEN))
+                && is_key(key)
+            {
+                scan.temps.push((path, shard.join(key)));
+            }
+        }
+    }
+    Ok(scan)
+}

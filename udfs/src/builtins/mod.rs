@@ -1,0 +1,5 @@
+//! Built-in UDFs.
+
+mod tar;
+
+pub use tar::tar_members;
