@@ -402,10 +402,10 @@ impl Shared {
         {
             return;
         }
-        if self.temp.acquire(&parent) {
-            if let Some(old) = pinned.replace(parent) {
-                self.temp.release(&old);
-            }
+        if self.temp.acquire(&parent)
+            && let Some(old) = pinned.replace(parent)
+        {
+            self.temp.release(&old);
         }
     }
 
