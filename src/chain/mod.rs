@@ -22,6 +22,7 @@ use datafusion::common::JoinType;
 use datafusion::dataframe::DataFrameWriteOptions;
 use datafusion::datasource::{MemTable, provider_as_source};
 use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder, SortExpr};
+use datafusion::physical_plan::display::DisplayableExecutionPlan;
 use datafusion::physical_plan::displayable;
 use datafusion::prelude::{CsvReadOptions, DataFrame, JsonReadOptions, ParquetReadOptions};
 use futures::stream::{BoxStream, StreamExt, TryStreamExt};
@@ -598,7 +599,9 @@ impl Chain {
     /// (prefetch: files fetched, bytes, cache hits, UDF wait, peak in flight, retries, skips).
     pub async fn explain_analyze(&self) -> Result<String> {
         let (_, physical) = self.run_plan().await?;
-        Ok(displayable(physical.as_ref()).indent(true).to_string())
+        Ok(DisplayableExecutionPlan::with_metrics(physical.as_ref())
+            .indent(true)
+            .to_string())
     }
 
     /// Runs the chain and returns its batches with a [`RunReport`] (metrics of

@@ -40,6 +40,7 @@ pub struct Settings {
     max_connections: Option<usize>,
     on_error: Option<OnError>,
     root: Option<PathBuf>,
+    memory_limit: Option<usize>,
     storage_options: BTreeMap<String, String>,
 }
 
@@ -115,6 +116,17 @@ impl Settings {
         self
     }
 
+    /// Memory budget of a session's queries in bytes (DataFusion's memory pool);
+    /// prefetched bytes are charged to it. Read when a `Session` is created.
+    pub fn memory_limit(mut self, bytes: usize) -> Self {
+        self.memory_limit = Some(bytes);
+        self
+    }
+
+    pub fn get_memory_limit(&self) -> Option<usize> {
+        self.memory_limit
+    }
+
     /// A store option (object_store config key, e.g. `endpoint`, `region`,
     /// `allow_http`, `access_key_id`), applied when a store is first opened.
     pub fn storage_option(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
@@ -137,7 +149,8 @@ impl Settings {
             ordered,
             max_connections,
             on_error,
-            root
+            root,
+            memory_limit
         );
         self.storage_options.extend(
             other

@@ -4,6 +4,9 @@
 //! Guarantees (per partition unless said otherwise):
 //! - at most `prefetch` rows are downloading or downloaded-but-not-yet-taken,
 //!   and at most `max_connections` downloads run across all partitions;
+//! - the bytes of those rows' files are charged to DataFusion's memory pool:
+//!   when the pool refuses, no new download starts until a row is taken (one
+//!   row always proceeds, so a tiny pool slows the run but never stalls it);
 //! - a row is emitted only when every `File` in it has a complete local copy
 //!   (a temp file, or a shared-cache entry with `cache = true`); the UDF's
 //!   `File` reads then go to that copy;
@@ -26,6 +29,7 @@ use std::time::{Duration, Instant};
 
 use datafusion::arrow::array::RecordBatch;
 use datafusion::error::Result as DfResult;
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::EquivalenceProperties;
 use datafusion::physical_plan::metrics::{
@@ -201,6 +205,9 @@ impl ExecutionPlan for PrefetchExec {
             },
             window,
             auto: self.options.prefetch == Prefetch::Auto,
+            fetch_ewma: 0.0,
+            reservation: MemoryConsumer::new(format!("PrefetchExec[{partition}]"))
+                .register(ctx.memory_pool()),
             shared: Arc::new(Shared {
                 file_cols: self.file_cols.clone(),
                 temp,
@@ -262,7 +269,18 @@ struct Shared {
     metrics: PrefetchMetrics,
 }
 
-type Fetch = PoolTask<DfResult<Option<RecordBatch>>>;
+/// A finished fetch of one row.
+struct Fetched {
+    /// The row, `None` if skipped.
+    row: DfResult<Option<RecordBatch>>,
+    /// Bytes charged to the memory pool for it.
+    bytes: usize,
+    /// How long the downloads took, and when they finished.
+    took: Duration,
+    done_at: Instant,
+}
+
+type Fetch = PoolTask<Fetched>;
 
 enum Queue {
     Ordered(FuturesOrdered<Fetch>),
@@ -284,7 +302,7 @@ impl Queue {
         }
     }
 
-    async fn next(&mut self) -> Option<Result<DfResult<Option<RecordBatch>>, String>> {
+    async fn next(&mut self) -> Option<Result<Fetched, String>> {
         match self {
             Self::Ordered(q) => q.next().await,
             Self::Unordered(q) => q.next().await,
@@ -299,6 +317,9 @@ struct PrefetchStream {
     queue: Queue,
     window: usize,
     auto: bool,
+    /// Moving average of a row's download time, in seconds (`auto` only).
+    fetch_ewma: f64,
+    reservation: MemoryReservation,
     shared: Arc<Shared>,
 }
 
@@ -306,10 +327,18 @@ impl PrefetchStream {
     async fn next(&mut self) -> Option<DfResult<RecordBatch>> {
         loop {
             while self.queue.len() < self.window {
+                let Some(row) = self.rows.front() else { break };
+                let bytes = row_bytes(row, &self.shared.file_cols);
+                if self.reservation.try_grow(bytes).is_err() {
+                    if self.queue.len() > 0 {
+                        break; // the memory budget is spent: wait for a row to be taken
+                    }
+                    self.reservation.grow(bytes);
+                }
                 let Some(row) = self.rows.pop_front() else {
                     break;
                 };
-                self.start(row);
+                self.start(row, bytes);
             }
             if self.queue.len() == 0 && self.rows.is_empty() && self.input_done {
                 return None;
@@ -322,11 +351,14 @@ impl PrefetchStream {
                 done = self.queue.next(), if self.queue.len() > 0 => {
                     let wait = waited.elapsed();
                     self.shared.metrics.udf_wait.add_duration(wait);
-                    self.adapt(wait);
+                    if let Some(Ok(f)) = &done {
+                        self.reservation.shrink(f.bytes);
+                        self.adapt(wait, f);
+                    }
                     match done {
-                        Some(Ok(Ok(Some(row)))) => return Some(Ok(row)),
-                        Some(Ok(Ok(None))) => continue,
-                        Some(Ok(Err(e))) => return Some(Err(e)),
+                        Some(Ok(Fetched { row: Ok(Some(row)), .. })) => return Some(Ok(row)),
+                        Some(Ok(Fetched { row: Ok(None), .. })) => continue,
+                        Some(Ok(Fetched { row: Err(e), .. })) => return Some(Err(e)),
                         Some(Err(panic)) => return Some(Err(Error::plan(format!("prefetch task {panic}")).into_df())),
                         None => continue,
                     }
@@ -340,23 +372,38 @@ impl PrefetchStream {
         }
     }
 
-    /// `prefetch = auto`: a consumer that waited wants a larger window; rows that
-    /// were ready at once mean the window can shrink.
-    fn adapt(&mut self, wait: Duration) {
+    /// `prefetch = auto`: the UDF waited for data, so one more download in
+    /// flight; a row sat downloaded for longer than two downloads take, so the
+    /// UDF is the bottleneck and the window may shrink by one.
+    fn adapt(&mut self, wait: Duration, fetched: &Fetched) {
         if !self.auto {
             return;
         }
+        let took = fetched.took.as_secs_f64();
+        self.fetch_ewma = if self.fetch_ewma == 0.0 {
+            took
+        } else {
+            0.8 * self.fetch_ewma + 0.2 * took
+        };
+        let idle = fetched.done_at.elapsed().as_secs_f64();
         if wait > Duration::from_micros(500) {
             self.window = (self.window + 1).min(self.shared.max_connections);
-        } else if self.window > 1 && self.queue.len() + 1 >= self.window {
+        } else if self.window > 1 && idle > (2.0 * self.fetch_ewma).max(0.005) {
             self.window -= 1;
         }
     }
 
-    fn start(&mut self, row: RecordBatch) {
+    fn start(&mut self, row: RecordBatch, bytes: usize) {
         let shared = Arc::clone(&self.shared);
         let task = spawn_on(&tokio::runtime::Handle::current(), async move {
-            shared.fetch_row(row).await
+            let start = Instant::now();
+            let row = shared.fetch_row(row).await;
+            Fetched {
+                row,
+                bytes,
+                took: start.elapsed(),
+                done_at: Instant::now(),
+            }
         });
         self.queue.push(task);
     }
@@ -486,4 +533,15 @@ impl Shared {
         self.metrics.retries.add(d.retries as usize);
         Ok(())
     }
+}
+
+/// Bytes of the files a one-row batch will fetch (a virtual file counts its parent).
+fn row_bytes(row: &RecordBatch, file_cols: &[usize]) -> usize {
+    file_cols
+        .iter()
+        .filter_map(|&c| decode_column::<Option<File>>(row.column(c)).ok())
+        .flatten()
+        .flatten()
+        .map(|f| f.parent().size as usize)
+        .sum()
 }

@@ -8,6 +8,7 @@ pub use pool::{PoolTask, cores, spawn_on, spawn_udf};
 use std::sync::{Arc, OnceLock};
 
 use datafusion::execution::SessionStateBuilder;
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::object_store::ObjectStore;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use object_store::memory::InMemory;
@@ -44,7 +45,15 @@ impl Session {
         let config = SessionConfig::new()
             .with_information_schema(true)
             .with_target_partitions(settings.get_parallel());
-        let state = SessionStateBuilder::new()
+        let mut runtime = RuntimeEnvBuilder::new();
+        if let Some(limit) = settings.get_memory_limit() {
+            runtime = runtime.with_memory_limit(limit, 1.0);
+        }
+        let mut builder = SessionStateBuilder::new();
+        if let Ok(env) = runtime.build_arc() {
+            builder = builder.with_runtime_env(env);
+        }
+        let state = builder
             .with_default_features()
             .with_config(config)
             .with_query_planner(Arc::new(UdfQueryPlanner))

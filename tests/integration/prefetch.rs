@@ -507,3 +507,158 @@ async fn header_read_without_prefetch_transfers_a_tiny_part() {
         store.bytes()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prefetched_bytes_are_charged_to_the_memory_pool() {
+    const SIZE: usize = 100_000;
+    let root = tempfile::tempdir().expect("root");
+    let inner = Arc::new(InMemory::new());
+    put_files(inner.as_ref(), "", 20, |_| SIZE).await;
+    let throttled = ThrottledStore::new(
+        inner,
+        ThrottleConfig {
+            wait_get_per_call: Duration::from_millis(10),
+            ..Default::default()
+        },
+    );
+    let store = CountingStore::new(Arc::new(throttled));
+    // A pool of 3.5 files: prefetch = 16 may hold only 3 downloads at a time.
+    let session = Session::with_settings(Settings::new().memory_limit(3 * SIZE + SIZE / 2));
+    session
+        .register_store("memory://budget", Arc::clone(&store) as _)
+        .expect("register");
+    let chain = len_udf(
+        session
+            .from_storage("memory://budget/")
+            .settings(Settings::new().prefetch(16).parallel(1).root(root.path())),
+        Duration::from_millis(2),
+    );
+    assert_eq!(chain.count().await.expect("run"), 20);
+    assert!(
+        (1..=3).contains(&store.peak_in_flight()),
+        "peak in flight {} with a 3.5-file memory budget",
+        store.peak_in_flight()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prefetch_auto_grows_while_the_udf_waits() {
+    let root = tempfile::tempdir().expect("root");
+    let (session, store) = slow_store("auto", 40, 512).await;
+    let chain = len_udf(
+        session.from_storage("memory://auto/").settings(
+            Settings::new()
+                .prefetch_auto()
+                .parallel(1)
+                .root(root.path()),
+        ),
+        Duration::ZERO,
+    );
+    let report = run_report(&chain).await;
+    assert!(
+        store.peak_in_flight() >= 4,
+        "auto reached only {} in flight",
+        store.peak_in_flight()
+    );
+    assert!(
+        store.peak_in_flight() <= 64,
+        "auto stays within max_connections"
+    );
+    assert_eq!(report.metric("PrefetchExec", "files_fetched"), 40);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gen_batch_map_and_agg_are_prefetched_too() {
+    let root = tempfile::tempdir().expect("root");
+    let (session, store) = slow_store("kinds", 12, 300).await;
+    let base = || {
+        session
+            .from_storage("memory://kinds/")
+            .settings(Settings::new().prefetch(4).root(root.path()))
+    };
+    #[derive(serde::Deserialize)]
+    struct Total {
+        total: u64,
+    }
+
+    let rows: Vec<Total> = base()
+        .batch_map("total", |fs: Vec<File>| async move {
+            let mut out = Vec::new();
+            for f in fs {
+                out.push(f.read().await?.len() as u64);
+            }
+            Ok::<_, udfchain::udfs::UdfError>(out)
+        })
+        .select([col("total")])
+        .to_rows()
+        .await
+        .expect("batch_map");
+    assert_eq!(rows.iter().map(|r| r.total).sum::<u64>(), 12 * 300);
+    assert_eq!(store.gets(), 12, "batch_map: one GET per file");
+
+    let n = base()
+        .r#gen("byte", |f: File| {
+            futures::stream::once(async move { f.read().await })
+                .map(|b| {
+                    futures::stream::iter(
+                        b.map(|b| b.to_vec())
+                            .unwrap_or_default()
+                            .into_iter()
+                            .take(3)
+                            .map(Ok::<u8, std::io::Error>),
+                    )
+                })
+                .flatten()
+        })
+        .count()
+        .await
+        .expect("gen");
+    assert_eq!(n, 36);
+    assert_eq!(store.gets(), 24, "gen: one GET per file");
+
+    let rows: Vec<Total> = base()
+        .mutate(
+            "dir",
+            datafusion::functions::expr_fn::split_part(
+                col("file.path"),
+                udfchain::lit("/"),
+                udfchain::lit(1),
+            ),
+        )
+        .agg(&["dir"], &["file"], "total", |fs: Vec<File>| async move {
+            let mut total = 0u64;
+            for f in fs {
+                total += f.read().await?.len() as u64;
+            }
+            Ok::<_, udfchain::udfs::UdfError>(vec![total])
+        })
+        .select([col("total")])
+        .to_rows()
+        .await
+        .expect("agg");
+    assert_eq!(rows.len(), 3);
+    assert_eq!(rows.iter().map(|r| r.total).sum::<u64>(), 12 * 300);
+    assert_eq!(store.gets(), 36, "agg: one GET per file");
+    assert!(prefetch_dirs(root.path()).is_empty());
+
+    let text = base()
+        .map(
+            "len",
+            |f: File| async move { Ok::<_, std::io::Error>(f.size) },
+        )
+        .explain_analyze()
+        .await
+        .expect("explain analyze");
+    assert!(text.contains("PrefetchExec: prefetch=4"), "{text}");
+    for metric in [
+        "files_fetched=12",
+        "bytes_fetched=",
+        "cache_hits=",
+        "udf_wait=",
+        "peak_in_flight=",
+        "retries=0",
+        "skipped_files=0",
+    ] {
+        assert!(text.contains(metric), "{metric} missing in {text}");
+    }
+}
