@@ -41,6 +41,10 @@ pub enum Error {
     #[error("invalid chain: {0}")]
     Plan(String),
 
+    /// A dataset that does not exist, a bad dataset name, a catalog failure.
+    #[error("{0}")]
+    Dataset(String),
+
     /// A local I/O error (cache or temp dirs, output files).
     #[error("I/O error at {path}: {source}")]
     Io {

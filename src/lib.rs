@@ -23,12 +23,14 @@
 
 pub mod cache;
 pub mod chain;
+pub mod dataset;
 pub mod error;
 pub mod plan;
 pub mod session;
 pub mod storage;
 
 pub use chain::{Chain, OnError, Prefetch, Settings, col};
+pub use dataset::{Catalog, DatasetInfo};
 pub use error::{Error, Result};
 pub use plan::{OperatorReport, RunReport};
 pub use session::Session;

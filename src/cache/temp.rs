@@ -192,7 +192,7 @@ pub fn sweep_orphans(tmp: &Path) {
     }
 }
 
-fn process_alive(pid: u32) -> bool {
+pub(crate) fn process_alive(pid: u32) -> bool {
     if pid == std::process::id() {
         return true;
     }

@@ -33,6 +33,7 @@ use udfchain_udfs::{
     map_fn,
 };
 
+use crate::dataset::{Catalog, DatasetInfo};
 use crate::error::{Error, Result};
 use crate::plan::{RunReport, UdfKind, UdfNode};
 use crate::session::Session;
@@ -50,6 +51,10 @@ enum Source {
     Parquet(String),
     Csv(String),
     Json(String),
+    Dataset {
+        name: String,
+        version: Option<u32>,
+    },
     Plan(LogicalPlan),
 }
 
@@ -173,6 +178,28 @@ impl Chain {
     /// Rows of newline-delimited JSON file(s).
     pub fn from_json(uri: &str) -> Self {
         Self::new(Session::global(), Source::Json(uri.to_string()))
+    }
+
+    /// The rows of the latest version of dataset `name`.
+    pub fn from_dataset(name: &str) -> Self {
+        Self::new(
+            Session::global(),
+            Source::Dataset {
+                name: name.to_string(),
+                version: None,
+            },
+        )
+    }
+
+    /// The rows of version `version` of dataset `name`.
+    pub fn from_dataset_version(name: &str, version: u32) -> Self {
+        Self::new(
+            Session::global(),
+            Source::Dataset {
+                name: name.to_string(),
+                version: Some(version),
+            },
+        )
     }
 
     /// A chain over any DataFusion logical plan (for example a SQL query's).
@@ -458,6 +485,12 @@ impl Chain {
                 ctx.read_csv(uri.as_str(), CsvReadOptions::default())
                     .await?
             }
+            Source::Dataset { name, version } => {
+                let info = Catalog::open(&self.settings.get_root())?.get(name, *version)?;
+                let path = info.path.join(DATA_FILE);
+                ctx.read_parquet(path.display().to_string(), ParquetReadOptions::default())
+                    .await?
+            }
             Source::Json(uri) => {
                 open(uri)?;
                 let opts = JsonReadOptions {
@@ -565,6 +598,51 @@ impl Chain {
         Ok(())
     }
 
+    /// Runs the chain and saves the result as the next version of dataset `name`
+    /// (Parquet under the root dir, registered in the catalog).
+    ///
+    /// # Cancel safety
+    /// Dropping the future (or killing the process) leaves no visible version;
+    /// the partial files are removed by the next `Catalog::open` under the root.
+    pub async fn save(&self, name: &str) -> Result<DatasetInfo> {
+        let catalog = Catalog::open(&self.settings.get_root())?;
+        let staging = catalog.staging_dir()?;
+        let written = self.write_dataset(&staging).await;
+        let result = match written {
+            Ok((schema, rows, query)) => catalog.commit(name, &staging, &schema, rows, &query),
+            Err(e) => Err(e),
+        };
+        if result.is_err() {
+            let _ = std::fs::remove_dir_all(&staging);
+        }
+        result
+    }
+
+    async fn write_dataset(&self, dir: &std::path::Path) -> Result<(String, u64, String)> {
+        let df = self.dataframe().await?;
+        let query = df.logical_plan().display_indent().to_string();
+        let schema = df
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| format!("{}: {}", f.name(), f.data_type()))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let path = dir.join(DATA_FILE).display().to_string();
+        let opts = DataFrameWriteOptions::new().with_single_file_output(true);
+        let counts = df.write_parquet(&path, opts, None).await?;
+        let rows = counts
+            .first()
+            .and_then(|b| {
+                b.column(0)
+                    .as_any()
+                    .downcast_ref::<datafusion::arrow::array::UInt64Array>()
+            })
+            .map(|a| a.iter().flatten().sum())
+            .unwrap_or(0);
+        Ok((schema, rows, query))
+    }
+
     /// Writes the result as one Parquet file at `uri` (local or in a store).
     pub async fn to_parquet(&self, uri: &str) -> Result<()> {
         if let Ok(loc) = Location::parse_output(uri) {
@@ -648,4 +726,34 @@ fn empty_plan() -> LogicalPlan {
         produce_one_row: false,
         schema: Arc::new(datafusion::common::DFSchema::empty()),
     })
+}
+
+/// The data file of a dataset version.
+const DATA_FILE: &str = "data.parquet";
+
+/// The candidate closest to `name` by edit distance, if close enough to be a typo.
+pub(crate) fn closest<'a>(
+    name: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<&'a str> {
+    let distance = |a: &str, b: &str| {
+        let b: Vec<char> = b.chars().collect();
+        let mut prev: Vec<usize> = (0..=b.len()).collect();
+        for (i, ca) in a.chars().enumerate() {
+            let mut cur = vec![i + 1; b.len() + 1];
+            for (j, cb) in b.iter().enumerate() {
+                cur[j + 1] = (prev[j] + usize::from(ca != *cb))
+                    .min(prev[j + 1] + 1)
+                    .min(cur[j] + 1);
+            }
+            prev = cur;
+        }
+        prev[b.len()]
+    };
+    candidates
+        .into_iter()
+        .map(|c| (distance(&name.to_lowercase(), &c.to_lowercase()), c))
+        .filter(|(d, _)| *d <= (name.len() / 3).max(2))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
 }

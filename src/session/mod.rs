@@ -99,6 +99,16 @@ impl Session {
         )
     }
 
+    /// A chain over the latest version of dataset `name` (under this session's root).
+    pub fn from_dataset(self: &Arc<Self>, name: &str) -> Chain {
+        Chain::from_dataset(name).in_session(Arc::clone(self))
+    }
+
+    /// The dataset catalog under this session's root dir.
+    pub fn catalog(&self) -> Result<crate::dataset::Catalog> {
+        crate::dataset::Catalog::open(&self.settings.get_root())
+    }
+
     /// A chain over the objects under `uri` (recursive).
     pub fn from_storage(self: &Arc<Self>, uri: &str) -> Chain {
         Chain::from_storage_in(Arc::clone(self), uri)

@@ -3,6 +3,7 @@
 mod support;
 
 mod caching;
+mod datasets;
 mod errors;
 mod execution;
 mod prefetch;

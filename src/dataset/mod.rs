@@ -1,0 +1,333 @@
+//! Datasets: results saved as Parquet under `<root>/datasets/<name>/v<N>/` and
+//! registered with a version in an embedded SQLite catalog (`<root>/catalog.sqlite`).
+//!
+//! Guarantees: a save is atomic — its data is written to a staging dir first,
+//! and one SQLite `IMMEDIATE` transaction allocates the next version, renames the
+//! staging dir into place and inserts the row; a failed or killed save leaves no
+//! visible version, and its staging dir (owner process gone) or an unregistered
+//! version dir is removed by the next `Catalog::open`. Saves of one name from
+//! several threads or processes get distinct, increasing versions.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+
+use crate::error::{Error, Result};
+
+const OWNER: &str = "owner.pid";
+
+/// One version of a dataset.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DatasetInfo {
+    pub name: String,
+    pub version: u32,
+    /// The directory holding the version's Parquet file(s).
+    pub path: PathBuf,
+    /// One `name: type` per line.
+    pub schema: String,
+    pub rows: u64,
+    pub bytes: u64,
+    /// Seconds since the Unix epoch.
+    pub created: i64,
+    /// The plan or script that produced it.
+    pub query: String,
+}
+
+/// The dataset catalog under a root dir.
+#[derive(Debug, Clone)]
+pub struct Catalog {
+    root: PathBuf,
+}
+
+fn sql_err(e: rusqlite::Error) -> Error {
+    Error::Dataset(format!("catalog: {e}"))
+}
+
+impl Catalog {
+    /// Opens (creating) the catalog under `root`, then removes what failed or
+    /// killed saves left behind.
+    pub fn open(root: &Path) -> Result<Self> {
+        let root = std::path::absolute(root).map_err(|e| Error::io(root.display(), e))?;
+        let cat = Self { root };
+        std::fs::create_dir_all(cat.staging_root())
+            .map_err(|e| Error::io(cat.staging_root().display(), e))?;
+        let conn = cat.connect()?;
+        conn.execute_batch(
+            "CREATE TABLE IF NOT EXISTS versions (
+                name TEXT NOT NULL,
+                version INTEGER NOT NULL,
+                path TEXT NOT NULL,
+                schema TEXT NOT NULL,
+                rows INTEGER NOT NULL,
+                bytes INTEGER NOT NULL,
+                created INTEGER NOT NULL,
+                query TEXT NOT NULL,
+                PRIMARY KEY (name, version)
+            );",
+        )
+        .map_err(sql_err)?;
+        cat.sweep(conn)?;
+        Ok(cat)
+    }
+
+    fn connect(&self) -> Result<Connection> {
+        let db = self.root.join("catalog.sqlite");
+        let conn = Connection::open(&db).map_err(sql_err)?;
+        conn.busy_timeout(Duration::from_secs(30))
+            .map_err(sql_err)?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(sql_err)?;
+        Ok(conn)
+    }
+
+    fn datasets_root(&self) -> PathBuf {
+        self.root.join("datasets")
+    }
+
+    fn staging_root(&self) -> PathBuf {
+        self.datasets_root().join(".staging")
+    }
+
+    /// A new staging dir for a save by this process.
+    pub fn staging_dir(&self) -> Result<PathBuf> {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let dir = self.staging_root().join(format!(
+            "{}-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io(dir.display(), e))?;
+        std::fs::write(dir.join(OWNER), std::process::id().to_string())
+            .map_err(|e| Error::io(dir.display(), e))?;
+        Ok(dir)
+    }
+
+    /// Registers the data in `staging` as the next version of `name`.
+    pub fn commit(
+        &self,
+        name: &str,
+        staging: &Path,
+        schema: &str,
+        rows: u64,
+        query: &str,
+    ) -> Result<DatasetInfo> {
+        check_name(name)?;
+        let _ = std::fs::remove_file(staging.join(OWNER));
+        let bytes = dir_bytes(staging);
+        let mut conn = self.connect()?;
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sql_err)?;
+        let version: u32 = tx
+            .query_row(
+                "SELECT COALESCE(MAX(version), 0) + 1 FROM versions WHERE name = ?1",
+                params![name],
+                |r| r.get(0),
+            )
+            .map_err(sql_err)?;
+        let path = self.datasets_root().join(name).join(format!("v{version}"));
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| Error::io(parent.display(), e))?;
+        }
+        // A dir left there by a killed save that never committed is not a version.
+        if path.exists() {
+            std::fs::remove_dir_all(&path).map_err(|e| Error::io(path.display(), e))?;
+        }
+        std::fs::rename(staging, &path).map_err(|e| Error::io(path.display(), e))?;
+        let created = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or(0);
+        let info = DatasetInfo {
+            name: name.to_string(),
+            version,
+            path: path.clone(),
+            schema: schema.to_string(),
+            rows,
+            bytes,
+            created,
+            query: query.to_string(),
+        };
+        let inserted = tx.execute(
+            "INSERT INTO versions (name, version, path, schema, rows, bytes, created, query)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            params![
+                name,
+                version,
+                path.display().to_string(),
+                schema,
+                rows as i64,
+                bytes as i64,
+                created,
+                query
+            ],
+        );
+        match inserted.and_then(|_| tx.commit()) {
+            Ok(()) => Ok(info),
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&path);
+                Err(sql_err(e))
+            }
+        }
+    }
+
+    /// Version `version` of `name`, or its latest.
+    pub fn get(&self, name: &str, version: Option<u32>) -> Result<DatasetInfo> {
+        let conn = self.connect()?;
+        let sql = "SELECT name, version, path, schema, rows, bytes, created, query FROM versions
+                   WHERE name = ?1 AND (?2 IS NULL OR version = ?2) ORDER BY version DESC LIMIT 1";
+        conn.query_row(sql, params![name, version], row_info)
+            .optional()
+            .map_err(sql_err)?
+            .ok_or_else(|| {
+                let known = self
+                    .list()
+                    .map(|l| l.into_iter().map(|i| i.name).collect::<Vec<_>>())
+                    .unwrap_or_default();
+                let what = match version {
+                    Some(v) => format!("dataset {name:?} has no version {v}"),
+                    None => format!("no dataset {name:?}"),
+                };
+                match crate::chain::closest(name, known.iter().map(String::as_str)) {
+                    Some(c) if version.is_none() => {
+                        Error::Dataset(format!("{what} (did you mean {c:?}?)"))
+                    }
+                    _ => Error::Dataset(what),
+                }
+            })
+    }
+
+    /// Every version of every dataset, by name then version.
+    pub fn list(&self) -> Result<Vec<DatasetInfo>> {
+        let conn = self.connect()?;
+        let mut stmt = conn
+            .prepare("SELECT name, version, path, schema, rows, bytes, created, query FROM versions ORDER BY name, version")
+            .map_err(sql_err)?;
+        let rows = stmt.query_map([], row_info).map_err(sql_err)?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(sql_err)
+    }
+
+    /// Removes one version of `name`, or all of them; returns how many.
+    pub fn remove(&self, name: &str, version: Option<u32>) -> Result<usize> {
+        let mut conn = self.connect()?;
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sql_err)?;
+        let paths: Vec<String> = {
+            let mut stmt = tx
+                .prepare(
+                    "SELECT path FROM versions WHERE name = ?1 AND (?2 IS NULL OR version = ?2)",
+                )
+                .map_err(sql_err)?;
+            let rows = stmt
+                .query_map(params![name, version], |r| r.get(0))
+                .map_err(sql_err)?;
+            rows.collect::<Result<Vec<_>, _>>().map_err(sql_err)?
+        };
+        if paths.is_empty() {
+            return Err(self
+                .get(name, version)
+                .err()
+                .unwrap_or_else(|| Error::Dataset(format!("no dataset {name:?}"))));
+        }
+        tx.execute(
+            "DELETE FROM versions WHERE name = ?1 AND (?2 IS NULL OR version = ?2)",
+            params![name, version],
+        )
+        .map_err(sql_err)?;
+        tx.commit().map_err(sql_err)?;
+        for p in &paths {
+            let _ = std::fs::remove_dir_all(p);
+        }
+        if version.is_none() {
+            let _ = std::fs::remove_dir(self.datasets_root().join(name));
+        }
+        Ok(paths.len())
+    }
+
+    /// Removes staging dirs of dead processes and version dirs with no catalog row.
+    fn sweep(&self, mut conn: Connection) -> Result<()> {
+        if let Ok(dirs) = std::fs::read_dir(self.staging_root()) {
+            for d in dirs.flatten() {
+                let owner = std::fs::read_to_string(d.path().join(OWNER))
+                    .ok()
+                    .and_then(|s| s.trim().parse::<u32>().ok());
+                if owner.is_some_and(|pid| !crate::cache::temp::process_alive(pid)) {
+                    let _ = std::fs::remove_dir_all(d.path());
+                }
+            }
+        }
+        // Under the write lock, so no save is between its rename and its insert.
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sql_err)?;
+        let known: std::collections::HashSet<String> = {
+            let mut stmt = tx.prepare("SELECT path FROM versions").map_err(sql_err)?;
+            let rows = stmt
+                .query_map([], |r| r.get::<_, String>(0))
+                .map_err(sql_err)?;
+            rows.collect::<Result<_, _>>().map_err(sql_err)?
+        };
+        if let Ok(names) = std::fs::read_dir(self.datasets_root()) {
+            for n in names
+                .flatten()
+                .filter(|n| !n.file_name().to_string_lossy().starts_with('.'))
+            {
+                let Ok(versions) = std::fs::read_dir(n.path()) else {
+                    continue;
+                };
+                for v in versions.flatten() {
+                    if !known.contains(&v.path().display().to_string()) {
+                        let _ = std::fs::remove_dir_all(v.path());
+                    }
+                }
+            }
+        }
+        tx.commit().map_err(sql_err)
+    }
+}
+
+fn row_info(r: &rusqlite::Row<'_>) -> rusqlite::Result<DatasetInfo> {
+    Ok(DatasetInfo {
+        name: r.get(0)?,
+        version: r.get(1)?,
+        path: PathBuf::from(r.get::<_, String>(2)?),
+        schema: r.get(3)?,
+        rows: r.get::<_, i64>(4)? as u64,
+        bytes: r.get::<_, i64>(5)? as u64,
+        created: r.get(6)?,
+        query: r.get(7)?,
+    })
+}
+
+fn check_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::Dataset(format!(
+            "invalid dataset name {name:?}: use letters, digits, '_', '-', '.'"
+        )))
+    }
+}
+
+fn dir_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
