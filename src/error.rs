@@ -45,6 +45,14 @@ pub enum Error {
     #[error("{0}")]
     Dataset(String),
 
+    /// An error in a script, at a line and column (1-based).
+    #[error("line {line}, column {column}: {source}")]
+    Script {
+        line: usize,
+        column: usize,
+        source: Box<Error>,
+    },
+
     /// A local I/O error (cache or temp dirs, output files).
     #[error("I/O error at {path}: {source}")]
     Io {

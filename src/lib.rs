@@ -26,6 +26,7 @@ pub mod chain;
 pub mod dataset;
 pub mod error;
 pub mod plan;
+pub mod script;
 pub mod session;
 pub mod storage;
 
@@ -33,6 +34,7 @@ pub use chain::{Chain, OnError, Prefetch, Settings, col};
 pub use dataset::{Catalog, DatasetInfo};
 pub use error::{Error, Result};
 pub use plan::{OperatorReport, RunReport};
+pub use script::{Output, ScriptRunner};
 pub use session::Session;
 pub use udfchain_udfs as udfs;
 pub use udfchain_udfs::{File, FileReader, FileSource};

@@ -134,6 +134,67 @@ impl Settings {
         self
     }
 
+    /// The names `Settings::set` accepts (plus `storage.<option>`).
+    pub const NAMES: &'static [&'static str] = &[
+        "prefetch",
+        "cache",
+        "cache_limit",
+        "parallel",
+        "workers",
+        "batch_size",
+        "ordered",
+        "max_connections",
+        "on_error",
+        "root",
+        "memory_limit",
+    ];
+
+    /// Sets a setting by name from text, as `SET name = value` in scripts and
+    /// `--set name=value` on the command line do.
+    pub fn set(self, name: &str, value: &str) -> Result<Self, crate::Error> {
+        let value = value.trim().trim_matches('\'').trim_matches('"');
+        let bad = |what: &str| {
+            crate::Error::Plan(format!("setting {name}: expected {what}, got {value:?}"))
+        };
+        let int = || value.parse::<usize>().map_err(|_| bad("a whole number"));
+        let boolean = || match value.to_ascii_lowercase().as_str() {
+            "true" | "on" | "1" | "yes" => Ok(true),
+            "false" | "off" | "0" | "no" => Ok(false),
+            _ => Err(bad("true or false")),
+        };
+        let name_lc = name.to_ascii_lowercase();
+        if let Some(option) = name_lc.strip_prefix("storage.") {
+            return Ok(self.storage_option(option, value));
+        }
+        Ok(match name_lc.as_str() {
+            "prefetch" if value.eq_ignore_ascii_case("auto") => self.prefetch_auto(),
+            "prefetch" => self.prefetch(int()?),
+            "cache" => self.cache(boolean()?),
+            "cache_limit" => self.cache_limit(int()? as u64),
+            "parallel" => self.parallel(int()?),
+            "workers" => self.workers(int()?),
+            "batch_size" => self.batch_size(int()?),
+            "ordered" => self.ordered(boolean()?),
+            "max_connections" => self.max_connections(int()?),
+            "memory_limit" => self.memory_limit(int()?),
+            "root" => self.root(value),
+            "on_error" => self.on_error(match value.to_ascii_lowercase().as_str() {
+                "fail" => OnError::Fail,
+                "skip" => OnError::Skip,
+                "null" => OnError::Null,
+                _ => return Err(bad("fail, skip or null")),
+            }),
+            _ => {
+                let hint = crate::chain::closest(name, Self::NAMES.iter().copied())
+                    .map(|c| format!(" (did you mean {c}?)"))
+                    .unwrap_or_default();
+                return Err(crate::Error::Plan(format!(
+                    "unknown setting {name:?}{hint}"
+                )));
+            }
+        })
+    }
+
     /// `other`'s set fields override `self`'s.
     pub fn merge(mut self, other: &Settings) -> Self {
         macro_rules! take {

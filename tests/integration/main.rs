@@ -8,6 +8,7 @@ mod errors;
 mod execution;
 mod prefetch;
 mod relational;
+mod scripts;
 mod shared_cache;
 mod sources;
 mod udf_kinds;

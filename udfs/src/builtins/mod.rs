@@ -1,5 +1,10 @@
-//! Built-in UDFs.
+//! Built-in UDFs: plain typed async functions usable with `Chain::map` /
+//! `Chain::r#gen`, and by name in scripts.
 
+mod file;
+mod image;
 mod tar;
 
+pub use file::{file_size, line_count, md5, read_text, sha256};
+pub use image::{ImageSize, image_size};
 pub use tar::tar_members;

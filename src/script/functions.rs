@@ -1,0 +1,180 @@
+//! Table functions of scripts: `read_storage('uri' [, 'glob'])`,
+//! `read_dataset('name' [, version])`, `read_parquet/read_csv/read_json('uri')`,
+//! and the generator form `tar_members('uri' [, 'glob'])` (one row per member of
+//! each tar archive under the URI, with the same `PrefetchExec` as from Rust).
+//!
+//! Table functions are synchronous in DataFusion; the ones that must read a
+//! schema (Parquet, CSV, JSON, datasets) block in place, so scripts run on a
+//! multi-threaded tokio runtime (the CLI's is).
+
+use std::sync::{Arc, Mutex};
+
+use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
+use datafusion::datasource::{ViewTable, provider_as_source};
+use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::execution::SessionState;
+use datafusion::logical_expr::{Expr, LogicalPlanBuilder};
+use datafusion::prelude::{CsvReadOptions, JsonReadOptions, ParquetReadOptions, SessionContext};
+use udfchain_udfs::builtins::tar_members;
+use udfchain_udfs::gen_fn;
+
+use crate::chain::Settings;
+use crate::dataset::Catalog;
+use crate::error::Error;
+use crate::plan::{UdfKind, UdfNode};
+use crate::storage::{Location, StorageTable, open_store};
+
+/// The table functions scripts know, for suggestions.
+pub const NAMES: &[&str] = &[
+    "read_storage",
+    "read_dataset",
+    "read_parquet",
+    "read_csv",
+    "read_json",
+    "tar_members",
+];
+
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Storage,
+    Dataset,
+    Parquet,
+    Csv,
+    Json,
+    TarMembers,
+}
+
+/// One table function, reading the script's current settings.
+#[derive(Debug)]
+pub struct TableFn {
+    kind: Kind,
+    settings: Arc<Mutex<Settings>>,
+}
+
+/// All table functions, by name.
+pub fn table_functions(
+    settings: &Arc<Mutex<Settings>>,
+) -> Vec<(&'static str, Arc<dyn TableFunctionImpl>)> {
+    let f = |kind| -> Arc<dyn TableFunctionImpl> {
+        Arc::new(TableFn {
+            kind,
+            settings: Arc::clone(settings),
+        })
+    };
+    vec![
+        ("read_storage", f(Kind::Storage)),
+        ("read_dataset", f(Kind::Dataset)),
+        ("read_parquet", f(Kind::Parquet)),
+        ("read_csv", f(Kind::Csv)),
+        ("read_json", f(Kind::Json)),
+        ("tar_members", f(Kind::TarMembers)),
+    ]
+}
+
+fn string_arg(args: &[Expr], i: usize, what: &str) -> DfResult<Option<String>> {
+    match args.get(i) {
+        None => Ok(None),
+        Some(Expr::Literal(v, _)) => match v.try_as_str() {
+            Some(Some(s)) => Ok(Some(s.to_string())),
+            _ => Ok(Some(v.to_string())),
+        },
+        Some(other) => Err(DataFusionError::Plan(format!(
+            "{what} must be a literal, got {other}"
+        ))),
+    }
+}
+
+/// Runs `fut` to completion from synchronous code inside the runtime.
+fn block<T>(fut: impl Future<Output = T>) -> DfResult<T> {
+    let handle = tokio::runtime::Handle::try_current()
+        .map_err(|_| DataFusionError::Plan("scripts must run inside a tokio runtime".into()))?;
+    if handle.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
+        return Err(DataFusionError::Plan(
+            "this table function needs a multi-threaded tokio runtime".into(),
+        ));
+    }
+    Ok(tokio::task::block_in_place(|| handle.block_on(fut)))
+}
+
+impl TableFunctionImpl for TableFn {
+    fn call_with_args(&self, args: TableFunctionArgs) -> DfResult<Arc<dyn TableProvider>> {
+        let settings = self
+            .settings
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let exprs = args.exprs();
+        let first = string_arg(exprs, 0, "the first argument")?.ok_or_else(|| {
+            DataFusionError::Plan("missing the first argument (a URI or name)".into())
+        })?;
+        let state = args
+            .session()
+            .as_any()
+            .downcast_ref::<SessionState>()
+            .ok_or_else(|| DataFusionError::Plan("table functions need a SessionState".into()))?;
+        let options = settings.get_storage_options().clone();
+        let open = |uri: &str| -> DfResult<()> {
+            if let Ok(loc) = Location::parse(uri) {
+                open_store(state.runtime_env(), &loc, &options).map_err(Error::into_df)?;
+            }
+            Ok(())
+        };
+        let ctx = || SessionContext::new_with_state(state.clone());
+        match self.kind {
+            Kind::Storage | Kind::TarMembers => {
+                let glob = string_arg(exprs, 1, "the glob")?;
+                let table = StorageTable::try_new(&first, true, glob, options.clone())
+                    .map_err(Error::into_df)?;
+                open(&first)?;
+                let scan = LogicalPlanBuilder::scan(
+                    "storage",
+                    provider_as_source(Arc::new(table.clone())),
+                    None,
+                )?
+                .build()?;
+                if let Kind::Storage = self.kind {
+                    return Ok(Arc::new(table));
+                }
+                let udf = gen_fn(&["file"], "member", tar_members)
+                    .map_err(|e| DataFusionError::Plan(e.to_string()))?;
+                let node =
+                    UdfNode::try_new(scan, UdfKind::Gen(udf), settings).map_err(Error::into_df)?;
+                Ok(Arc::new(ViewTable::new(node.into_plan(), None)))
+            }
+            Kind::Dataset => {
+                let version = string_arg(exprs, 1, "the version")?
+                    .map(|v| {
+                        v.parse::<u32>()
+                            .map_err(|_| DataFusionError::Plan(format!("bad version {v:?}")))
+                    })
+                    .transpose()?;
+                let info = Catalog::open(&settings.get_root())
+                    .and_then(|c| c.get(&first, version))
+                    .map_err(Error::into_df)?;
+                let path = info.path.join("data.parquet").display().to_string();
+                let df = block(ctx().read_parquet(path, ParquetReadOptions::default()))??;
+                Ok(df.into_view())
+            }
+            Kind::Parquet => {
+                open(&first)?;
+                Ok(block(ctx().read_parquet(first, ParquetReadOptions::default()))??.into_view())
+            }
+            Kind::Csv => {
+                open(&first)?;
+                Ok(block(ctx().read_csv(first, CsvReadOptions::default()))??.into_view())
+            }
+            Kind::Json => {
+                open(&first)?;
+                let opts = JsonReadOptions {
+                    file_extension: if first.ends_with(".jsonl") {
+                        ".jsonl"
+                    } else {
+                        ".json"
+                    },
+                    ..Default::default()
+                };
+                Ok(block(ctx().read_json(first, opts))??.into_view())
+            }
+        }
+    }
+}

@@ -1,0 +1,336 @@
+//! Scripts: statements in DataFusion's SQL dialect plus udfchain's own.
+//!
+//! - `SET name = value;` changes a setting for the statements after it
+//!   (`prefetch`, `cache`, `parallel`, ..., `storage.<option>`);
+//! - `CREATE DATASET name AS SELECT ...;` saves a new dataset version;
+//! - `SHOW DATASETS;` lists the catalog;
+//! - table functions `read_storage`, `read_dataset`, `read_parquet`, `read_csv`,
+//!   `read_json`, `tar_members` (see `functions.rs`), and built-in UDFs by name
+//!   in SELECT lists (see `builtins.rs`), planned with the same `PrefetchExec`
+//!   as from the Rust API;
+//! - everything else (`SELECT`, `EXPLAIN [ANALYZE]`, `CREATE VIEW`, ...) is DataFusion's.
+//!
+//! Errors carry the line and column in the script; unknown settings, table
+//! functions and UDFs suggest the closest known name.
+
+mod builtins;
+mod functions;
+
+use std::sync::{Arc, Mutex};
+
+use datafusion::arrow::array::{RecordBatch, StringArray, UInt32Array, UInt64Array};
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
+
+use crate::chain::{Chain, Settings, closest};
+use crate::error::{Error, Result};
+use crate::session::Session;
+
+/// What a statement produced.
+#[derive(Debug, Clone)]
+pub enum Output {
+    /// Rows (from SELECT, EXPLAIN, SHOW DATASETS).
+    Table(Vec<RecordBatch>),
+    /// A one-line message (from SET, CREATE DATASET).
+    Message(String),
+}
+
+/// One statement of a script, with where it starts (1-based).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Statement {
+    pub text: String,
+    pub line: usize,
+    pub column: usize,
+}
+
+/// Runs scripts in a session. Settings set by `SET` last for the runner's life.
+#[derive(Debug)]
+pub struct ScriptRunner {
+    session: Arc<Session>,
+    settings: Arc<Mutex<Settings>>,
+}
+
+impl ScriptRunner {
+    /// Registers udfchain's table functions and built-in UDFs in `session`.
+    pub fn new(session: Arc<Session>) -> Self {
+        let settings = Arc::new(Mutex::new(session.settings().clone()));
+        let ctx = session.context();
+        for (name, f) in functions::table_functions(&settings) {
+            ctx.register_udtf(name, f);
+        }
+        for stub in builtins::stubs() {
+            ctx.register_udf(stub);
+        }
+        ctx.add_analyzer_rule(Arc::new(builtins::BuiltinRewrite {
+            settings: Arc::clone(&settings),
+        }));
+        Self { session, settings }
+    }
+
+    /// Applies `name = value` as a `SET` would.
+    pub fn set(&self, name: &str, value: &str) -> Result<()> {
+        let mut s = self.settings.lock().unwrap_or_else(|p| p.into_inner());
+        *s = s.clone().set(name, value)?;
+        Ok(())
+    }
+
+    /// The settings statements run with now.
+    pub fn settings(&self) -> Settings {
+        self.settings
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Runs every statement of `script` in order; stops at the first error.
+    pub async fn run(&self, script: &str) -> Result<Vec<Output>> {
+        let mut out = Vec::new();
+        for stmt in split(script) {
+            out.push(
+                self.run_statement(&stmt)
+                    .await
+                    .map_err(|e| locate(e, &stmt))?,
+            );
+        }
+        Ok(out)
+    }
+
+    /// Runs one statement.
+    pub async fn run_statement(&self, stmt: &Statement) -> Result<Output> {
+        let text = stmt.text.trim();
+        let words: Vec<&str> = text.split_whitespace().collect();
+        let upper: Vec<String> = words
+            .iter()
+            .take(3)
+            .map(|w| w.to_ascii_uppercase())
+            .collect();
+        match upper
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .as_slice()
+        {
+            ["SET", ..] => {
+                let rest = text[3..].trim();
+                let (name, value) = rest
+                    .split_once('=')
+                    .or_else(|| {
+                        let lower = rest.to_ascii_lowercase();
+                        lower.find(" to ").map(|i| (&rest[..i], &rest[i + 4..]))
+                    })
+                    .ok_or_else(|| Error::plan("SET needs `name = value`"))?;
+                let name = name.trim();
+                self.set(name, value)?;
+                Ok(Output::Message(format!("set {name} = {}", value.trim())))
+            }
+            ["SHOW", "DATASETS", ..] => Ok(Output::Table(vec![datasets_table(
+                &self.session,
+                &self.settings(),
+            )?])),
+            ["CREATE", "DATASET", ..] => {
+                let rest = text["CREATE DATASET".len()..].trim();
+                let (name, query) = rest
+                    .split_once(char::is_whitespace)
+                    .ok_or_else(|| Error::plan("CREATE DATASET needs `name AS SELECT ...`"))?;
+                let query = query.trim();
+                let query = query
+                    .get(..2)
+                    .filter(|as_| as_.eq_ignore_ascii_case("as"))
+                    .map(|_| &query[2..])
+                    .ok_or_else(|| Error::plan("CREATE DATASET needs `name AS SELECT ...`"))?;
+                let plan = self.plan(query).await?;
+                let info = Chain::from_plan(Arc::clone(&self.session), plan)
+                    .settings(self.settings())
+                    .save(name.trim_matches('"'))
+                    .await?;
+                Ok(Output::Message(format!(
+                    "saved dataset {} version {} ({} rows)",
+                    info.name, info.version, info.rows
+                )))
+            }
+            _ => {
+                let df = self
+                    .session
+                    .context()
+                    .sql(text)
+                    .await
+                    .map_err(|e| self.explain_unknown(e.into()))?;
+                Ok(Output::Table(df.collect().await?))
+            }
+        }
+    }
+
+    async fn plan(&self, sql: &str) -> Result<datafusion::logical_expr::LogicalPlan> {
+        let state = self.session.context().state();
+        let plan = state
+            .create_logical_plan(sql)
+            .await
+            .map_err(|e| self.explain_unknown(e.into()))?;
+        Ok(plan)
+    }
+
+    /// Adds a "did you mean" to unknown table functions.
+    fn explain_unknown(&self, e: Error) -> Error {
+        let msg = e.to_string();
+        let marker = "table function '";
+        if let Some(i) = msg.find(marker) {
+            let name: String = msg[i + marker.len()..]
+                .chars()
+                .take_while(|&c| c != '\'')
+                .collect();
+            if let Some(c) = closest(&name, functions::NAMES.iter().copied()) {
+                return Error::Plan(format!("{msg} (did you mean {c}?)"));
+            }
+        }
+        e
+    }
+}
+
+/// Splits a script into statements at `;` outside quotes and comments.
+pub fn split(script: &str) -> Vec<Statement> {
+    let mut out = Vec::new();
+    let chars: Vec<char> = script.chars().collect();
+    let (mut line, mut col) = (1usize, 1usize);
+    let mut current = String::new();
+    let mut start: Option<(usize, usize)> = None;
+    let mut i = 0;
+    let mut quote: Option<char> = None;
+    while i < chars.len() {
+        let c = chars[i];
+        let next = chars.get(i + 1).copied();
+        let advance = |c: char, line: &mut usize, col: &mut usize| {
+            if c == '\n' {
+                *line += 1;
+                *col = 1;
+            } else {
+                *col += 1;
+            }
+        };
+        if quote.is_none() && c == '-' && next == Some('-') {
+            while i < chars.len() && chars[i] != '\n' {
+                advance(chars[i], &mut line, &mut col);
+                i += 1;
+            }
+            continue;
+        }
+        if quote.is_none() && c == '/' && next == Some('*') {
+            while i < chars.len() && !(chars[i] == '*' && chars.get(i + 1) == Some(&'/')) {
+                advance(chars[i], &mut line, &mut col);
+                i += 1;
+            }
+            i += 2;
+            col += 2;
+            continue;
+        }
+        match (quote, c) {
+            (None, '\'' | '"') => quote = Some(c),
+            (Some(q), c) if c == q => quote = None,
+            _ => {}
+        }
+        if quote.is_none() && c == ';' {
+            if let Some((l, c0)) = start.take() {
+                out.push(Statement {
+                    text: current.trim().to_string(),
+                    line: l,
+                    column: c0,
+                });
+            }
+            current.clear();
+        } else {
+            if start.is_none() && !c.is_whitespace() {
+                start = Some((line, col));
+            }
+            if start.is_some() {
+                current.push(c);
+            }
+        }
+        advance(c, &mut line, &mut col);
+        i += 1;
+    }
+    if let Some((l, c0)) = start
+        && !current.trim().is_empty()
+    {
+        out.push(Statement {
+            text: current.trim().to_string(),
+            line: l,
+            column: c0,
+        });
+    }
+    out
+}
+
+/// Gives an error the script position: the parser's own line/column (relative
+/// to the statement) shifted to the script, else the statement's start.
+fn locate(e: Error, stmt: &Statement) -> Error {
+    let msg = e.to_string();
+    let (mut line, mut column) = (stmt.line, stmt.column);
+    if let Some(i) = msg.find("Line: ") {
+        let nums: Vec<usize> = msg[i..]
+            .split(|c: char| !c.is_ascii_digit())
+            .filter(|s| !s.is_empty())
+            .take(2)
+            .filter_map(|s| s.parse().ok())
+            .collect();
+        if let [l, c] = nums[..] {
+            column = if l == 1 { stmt.column + c - 1 } else { c };
+            line = stmt.line + l - 1;
+        }
+    }
+    Error::Script {
+        line,
+        column,
+        source: Box::new(e),
+    }
+}
+
+fn datasets_table(session: &Arc<Session>, settings: &Settings) -> Result<RecordBatch> {
+    let _ = session;
+    let list = crate::dataset::Catalog::open(&settings.get_root())?.list()?;
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("name", DataType::Utf8, false),
+        Field::new("version", DataType::UInt32, false),
+        Field::new("rows", DataType::UInt64, false),
+        Field::new("bytes", DataType::UInt64, false),
+        Field::new("created", DataType::Utf8, false),
+    ]));
+    let created = |secs: i64| {
+        let days = secs.div_euclid(86_400);
+        let (y, m, d) = civil_from_days(days);
+        let rem = secs.rem_euclid(86_400);
+        format!(
+            "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
+            rem / 3600,
+            rem / 60 % 60,
+            rem % 60
+        )
+    };
+    RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(StringArray::from_iter_values(
+                list.iter().map(|i| i.name.clone()),
+            )),
+            Arc::new(UInt32Array::from_iter_values(
+                list.iter().map(|i| i.version),
+            )),
+            Arc::new(UInt64Array::from_iter_values(list.iter().map(|i| i.rows))),
+            Arc::new(UInt64Array::from_iter_values(list.iter().map(|i| i.bytes))),
+            Arc::new(StringArray::from_iter_values(
+                list.iter().map(|i| created(i.created)),
+            )),
+        ],
+    )
+    .map_err(|e| Error::from(datafusion::error::DataFusionError::from(e)))
+}
+
+/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian.
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
