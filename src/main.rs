@@ -1,10 +1,21 @@
-//! The `udfchain` command line. (Scripts, datasets and the cache commands come
-//! with the scripting issue; today it lists and counts storage.)
+//! The `udfchain` command line: run scripts and queries, list storage, manage
+//! datasets and the shared cache. Errors print one line (`--verbose`: the chain
+//! of causes) and exit non-zero; long runs show a progress line on a terminal.
 
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use clap::{Parser, Subcommand};
-use udfchain::{Session, col};
+use clap::{Parser, Subcommand, ValueEnum};
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::util::pretty::pretty_format_batches;
+use datafusion::physical_plan::ExecutionPlan;
+use futures::StreamExt;
+use udfchain::cache::SharedCache;
+use udfchain::script::{Execution, Output, Statement, locate, split};
+use udfchain::{Catalog, Error, RunReport, ScriptRunner, Session, Settings, col};
 
 #[derive(Parser)]
 #[command(
@@ -13,40 +24,123 @@ use udfchain::{Session, col};
     about = "Chains of user functions over files in object storage"
 )]
 struct Cli {
+    /// Root dir for datasets, caches and temp files (default: $UDFCHAIN_ROOT or ./.udfchain).
+    #[arg(long, global = true)]
+    root: Option<PathBuf>,
+    /// A setting, as `SET name = value` would (repeatable), e.g. --set prefetch=8.
+    #[arg(long = "set", value_name = "NAME=VALUE", global = true)]
+    set: Vec<String>,
+    /// Output format of tables.
+    #[arg(long, value_enum, default_value_t = Format::Table, global = true)]
+    format: Format,
+    /// Print the full chain of causes on error.
+    #[arg(long, short, global = true)]
+    verbose: bool,
     #[command(subcommand)]
     command: Command,
 }
 
+#[derive(Clone, Copy, ValueEnum)]
+enum Format {
+    Table,
+    Csv,
+    Json,
+    Parquet,
+}
+
 #[derive(Subcommand)]
 enum Command {
-    /// List the objects under a URI (path, size).
+    /// Run a script file (`-` for standard input).
+    Run { script: String },
+    /// Run one SQL statement.
+    Query { sql: String },
+    /// Print the plan of each query of a script.
+    Explain { script: String },
+    /// List the objects under a URI.
     Ls {
         uri: String,
-        /// Only the objects directly under the URI.
         #[arg(long)]
         non_recursive: bool,
-        /// Keep paths matching this glob (relative to the URI).
         #[arg(long)]
         glob: Option<String>,
     },
     /// Count the objects and bytes under a URI.
     Du { uri: String },
+    /// Datasets in the catalog.
+    Datasets {
+        #[command(subcommand)]
+        command: DatasetsCommand,
+    },
+    /// The shared cache.
+    Cache {
+        #[command(subcommand)]
+        command: CacheCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum DatasetsCommand {
+    /// Every version of every dataset.
+    Ls,
+    /// One dataset version (default: latest).
+    Info { name: String, version: Option<u32> },
+    /// Remove one version, or all versions.
+    Rm { name: String, version: Option<u32> },
+}
+
+#[derive(Subcommand)]
+enum CacheCommand {
+    /// Entries and bytes in the cache.
+    Du,
+    /// Evict least recently used entries down to SIZE bytes (k/m/g suffixes allowed).
+    Prune {
+        #[arg(long)]
+        to: String,
+    },
+    /// Remove every entry.
+    Clear,
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    match run(Cli::parse()).await {
+    let cli = Cli::parse();
+    let verbose = cli.verbose;
+    match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("udfchain: {e}");
+            let mut msg = e.to_string().replace('\n', " ");
+            if verbose {
+                let mut source = std::error::Error::source(&e);
+                while let Some(s) = source {
+                    msg.push_str(&format!("\n  caused by: {s}"));
+                    source = s.source();
+                }
+            }
+            eprintln!("udfchain: {msg}");
             ExitCode::FAILURE
         }
     }
 }
 
 async fn run(cli: Cli) -> udfchain::Result<()> {
-    let session = Session::new();
+    let mut settings = Settings::new();
+    if let Some(root) = &cli.root {
+        settings = settings.root(root);
+    }
+    for kv in &cli.set {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| Error::Plan(format!("--set takes NAME=VALUE, got {kv:?}")))?;
+        settings = settings.set(k.trim(), v)?;
+    }
+    let session = Session::with_settings(settings.clone());
+    let out = Printer { format: cli.format };
     match cli.command {
+        Command::Run { script } => run_script(&session, &read_script(&script)?, &out, false).await,
+        Command::Query { sql } => run_script(&session, &sql, &out, false).await,
+        Command::Explain { script } => {
+            run_script(&session, &read_script(&script)?, &out, true).await
+        }
         Command::Ls {
             uri,
             non_recursive,
@@ -65,32 +159,239 @@ async fn run(cli: Cli) -> udfchain::Result<()> {
                     col("file.size").alias("size"),
                 ])
                 .order_by([col("path").sort(true, false)]);
-            println!("{}", chain.to_table_string(usize::MAX).await?);
+            out.print(&chain.collect().await?)
         }
         Command::Du { uri } => {
-            #[derive(serde::Deserialize)]
-            struct Du {
-                files: i64,
-                bytes: Option<u64>,
-            }
             use datafusion::functions_aggregate::expr_fn::{count, sum};
-            let rows: Vec<Du> = session
-                .from_storage(&uri)
-                .group_by(
-                    [],
-                    [
-                        count(col("file.size")).alias("files"),
-                        sum(col("file.size")).alias("bytes"),
-                    ],
-                )
-                .to_rows()
-                .await?;
-            let (files, bytes) = rows
-                .first()
-                .map(|r| (r.files, r.bytes.unwrap_or(0)))
-                .unwrap_or((0, 0));
-            println!("{files} files, {bytes} bytes");
+            let chain = session.from_storage(&uri).group_by(
+                [],
+                [
+                    count(col("file.size")).alias("files"),
+                    sum(col("file.size")).alias("bytes"),
+                ],
+            );
+            out.print(&chain.collect().await?)
+        }
+        Command::Datasets { command } => {
+            let catalog = Catalog::open(&settings.get_root())?;
+            match command {
+                DatasetsCommand::Ls => {
+                    let runner = ScriptRunner::new(session);
+                    match runner.run("SHOW DATASETS").await?.pop() {
+                        Some(Output::Table(b)) => out.print(&b),
+                        _ => Ok(()),
+                    }
+                }
+                DatasetsCommand::Info { name, version } => {
+                    let i = catalog.get(&name, version)?;
+                    println!(
+                        "name:    {}\nversion: {}\nrows:    {}\nbytes:   {}\npath:    {}\nschema:\n  {}\nquery:\n  {}",
+                        i.name,
+                        i.version,
+                        i.rows,
+                        i.bytes,
+                        i.path.display(),
+                        i.schema.replace('\n', "\n  "),
+                        i.query.replace('\n', "\n  ")
+                    );
+                    Ok(())
+                }
+                DatasetsCommand::Rm { name, version } => {
+                    let n = catalog.remove(&name, version)?;
+                    println!("removed {n} version(s) of {name}");
+                    Ok(())
+                }
+            }
+        }
+        Command::Cache { command } => {
+            let cache = SharedCache::open(settings.cache_dir(), None)?;
+            match command {
+                CacheCommand::Du => {
+                    let u = cache.du()?;
+                    println!(
+                        "{} entries, {} bytes in {}",
+                        u.files,
+                        u.bytes,
+                        cache.dir().display()
+                    );
+                }
+                CacheCommand::Prune { to } => {
+                    let limit = parse_size(&to)?;
+                    let removed = cache.prune_to(limit)?;
+                    println!("removed {} entries, {} bytes", removed.files, removed.bytes);
+                }
+                CacheCommand::Clear => {
+                    cache.clear()?;
+                    println!("cleared {}", cache.dir().display());
+                }
+            }
+            Ok(())
         }
     }
+}
+
+fn read_script(path: &str) -> udfchain::Result<String> {
+    if path == "-" {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
+            .map_err(|e| Error::Plan(format!("reading standard input: {e}")))?;
+        return Ok(s);
+    }
+    std::fs::read_to_string(path).map_err(|e| Error::Plan(format!("reading script {path}: {e}")))
+}
+
+fn parse_size(text: &str) -> udfchain::Result<u64> {
+    let t = text.trim().to_ascii_lowercase();
+    let (num, mult) = match t.chars().last() {
+        Some('k') => (&t[..t.len() - 1], 1u64 << 10),
+        Some('m') => (&t[..t.len() - 1], 1 << 20),
+        Some('g') => (&t[..t.len() - 1], 1 << 30),
+        _ => (t.as_str(), 1),
+    };
+    num.trim()
+        .parse::<u64>()
+        .map(|n| n * mult)
+        .map_err(|_| Error::Plan(format!("bad size {text:?} (e.g. 500m, 2g, 1048576)")))
+}
+
+/// Runs every statement, printing tables and messages as they come.
+async fn run_script(
+    session: &Arc<Session>,
+    script: &str,
+    out: &Printer,
+    explain: bool,
+) -> udfchain::Result<()> {
+    let runner = ScriptRunner::new(Arc::clone(session));
+    for stmt in split(script) {
+        let stmt = if explain { explained(stmt) } else { stmt };
+        let result = async {
+            match runner.execute(&stmt).await? {
+                Execution::Done(Output::Message(m)) => {
+                    eprintln!("{m}");
+                    Ok(())
+                }
+                Execution::Done(Output::Table(b)) => out.print(&b),
+                Execution::Plan { plan, ctx } => {
+                    let batches = stream_with_progress(plan, ctx).await?;
+                    out.print(&batches)
+                }
+            }
+        }
+        .await;
+        result.map_err(|e| locate(e, &stmt))?;
+    }
     Ok(())
+}
+
+/// The statement `explain` runs instead of `stmt`: queries (including the query
+/// of a `CREATE DATASET`) are explained, not run; `SET` still applies.
+fn explained(stmt: Statement) -> Statement {
+    let text = stmt.text.trim_start();
+    let upper = text.to_ascii_uppercase();
+    let query = if upper.starts_with("SET") || upper.starts_with("SHOW DATASETS") {
+        return stmt;
+    } else if upper.starts_with("CREATE DATASET") {
+        let rest = text["CREATE DATASET".len()..].trim_start();
+        let after_name = rest
+            .split_once(char::is_whitespace)
+            .map(|x| x.1)
+            .unwrap_or("");
+        after_name.trim_start().get(2..).unwrap_or("").to_string()
+    } else {
+        text.to_string()
+    };
+    Statement {
+        text: format!("EXPLAIN {query}"),
+        ..stmt
+    }
+}
+
+/// Executes a plan; on a terminal, shows rows/s and the prefetch counters.
+async fn stream_with_progress(
+    plan: Arc<dyn ExecutionPlan>,
+    ctx: Arc<datafusion::execution::TaskContext>,
+) -> udfchain::Result<Vec<RecordBatch>> {
+    let mut stream = datafusion::physical_plan::execute_stream(Arc::clone(&plan), ctx)?;
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let bar = indicatif::ProgressBar::new_spinner();
+        bar.enable_steady_tick(Duration::from_millis(120));
+        bar
+    });
+    let start = Instant::now();
+    let (mut rows, mut batches, mut last) = (0usize, Vec::new(), Instant::now());
+    while let Some(batch) = stream.next().await {
+        let batch = batch?;
+        rows += batch.num_rows();
+        batches.push(batch);
+        if let Some(bar) = &bar
+            && last.elapsed() > Duration::from_millis(200)
+        {
+            last = Instant::now();
+            let r = RunReport::from_plan(&plan);
+            let secs = start.elapsed().as_secs_f64().max(1e-9);
+            bar.set_message(format!(
+                "{rows} rows ({:.0}/s), {} files, {} bytes fetched, {} cache hits",
+                rows as f64 / secs,
+                r.metric("PrefetchExec", "files_fetched"),
+                r.metric("PrefetchExec", "bytes_fetched"),
+                r.metric("PrefetchExec", "cache_hits"),
+            ));
+        }
+    }
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    Ok(batches)
+}
+
+struct Printer {
+    format: Format,
+}
+
+impl Printer {
+    fn print(&self, batches: &[RecordBatch]) -> udfchain::Result<()> {
+        let df_err = |e: datafusion::arrow::error::ArrowError| {
+            Error::from(datafusion::error::DataFusionError::from(e))
+        };
+        let mut stdout = std::io::stdout().lock();
+        match self.format {
+            Format::Table => {
+                let text = pretty_format_batches(batches).map_err(df_err)?;
+                writeln!(stdout, "{text}").map_err(|e| Error::Plan(e.to_string()))?;
+            }
+            Format::Csv => {
+                let mut w = datafusion::arrow::csv::Writer::new(&mut stdout);
+                for b in batches {
+                    w.write(b).map_err(df_err)?;
+                }
+            }
+            Format::Json => {
+                let mut w = datafusion::arrow::json::LineDelimitedWriter::new(&mut stdout);
+                for b in batches {
+                    w.write(b).map_err(df_err)?;
+                }
+                w.finish().map_err(df_err)?;
+            }
+            Format::Parquet => {
+                let Some(first) = batches.first() else {
+                    return Ok(());
+                };
+                let mut buf = Vec::new();
+                let mut w = datafusion::parquet::arrow::ArrowWriter::try_new(
+                    &mut buf,
+                    first.schema(),
+                    None,
+                )
+                .map_err(|e| Error::Plan(e.to_string()))?;
+                for b in batches {
+                    w.write(b).map_err(|e| Error::Plan(e.to_string()))?;
+                }
+                w.close().map_err(|e| Error::Plan(e.to_string()))?;
+                stdout
+                    .write_all(&buf)
+                    .map_err(|e| Error::Plan(e.to_string()))?;
+            }
+        }
+        Ok(())
+    }
 }

@@ -34,6 +34,16 @@ pub enum Output {
     Message(String),
 }
 
+/// A statement ready to run: either already done, or a plan to execute (so a
+/// caller can watch its metrics while it streams).
+pub enum Execution {
+    Done(Output),
+    Plan {
+        plan: Arc<dyn datafusion::physical_plan::ExecutionPlan>,
+        ctx: Arc<datafusion::execution::TaskContext>,
+    },
+}
+
 /// One statement of a script, with where it starts (1-based).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Statement {
@@ -147,16 +157,44 @@ impl ScriptRunner {
                     info.name, info.version, info.rows
                 )))
             }
-            _ => {
-                let df = self
-                    .session
-                    .context()
-                    .sql(text)
-                    .await
-                    .map_err(|e| self.explain_unknown(e.into()))?;
-                Ok(Output::Table(df.collect().await?))
-            }
+            _ => match Box::pin(self.execute(stmt)).await? {
+                Execution::Done(out) => Ok(out),
+                Execution::Plan { plan, ctx } => Ok(Output::Table(
+                    datafusion::physical_plan::collect(plan, ctx).await?,
+                )),
+            },
         }
+    }
+
+    /// Plans a statement: udfchain's own statements run now, queries are
+    /// returned as a physical plan to execute.
+    pub async fn execute(&self, stmt: &Statement) -> Result<Execution> {
+        let text = stmt.text.trim();
+        let first = text
+            .split_whitespace()
+            .next()
+            .unwrap_or("")
+            .to_ascii_uppercase();
+        let second = text
+            .split_whitespace()
+            .nth(1)
+            .unwrap_or("")
+            .to_ascii_uppercase();
+        let own = first == "SET"
+            || (first == "SHOW" && second == "DATASETS")
+            || (first == "CREATE" && second == "DATASET");
+        if own {
+            return Ok(Execution::Done(Box::pin(self.run_statement(stmt)).await?));
+        }
+        let df = self
+            .session
+            .context()
+            .sql(text)
+            .await
+            .map_err(|e| self.explain_unknown(e.into()))?;
+        let ctx = Arc::new(df.task_ctx());
+        let plan = df.create_physical_plan().await?;
+        Ok(Execution::Plan { plan, ctx })
     }
 
     async fn plan(&self, sql: &str) -> Result<datafusion::logical_expr::LogicalPlan> {
@@ -260,7 +298,7 @@ pub fn split(script: &str) -> Vec<Statement> {
 
 /// Gives an error the script position: the parser's own line/column (relative
 /// to the statement) shifted to the script, else the statement's start.
-fn locate(e: Error, stmt: &Statement) -> Error {
+pub fn locate(e: Error, stmt: &Statement) -> Error {
     let msg = e.to_string();
     let (mut line, mut column) = (stmt.line, stmt.column);
     if let Some(i) = msg.find("Line: ") {

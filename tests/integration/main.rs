@@ -3,6 +3,7 @@
 mod support;
 
 mod caching;
+mod cli;
 mod datasets;
 mod errors;
 mod execution;

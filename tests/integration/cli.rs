@@ -1,0 +1,170 @@
+//! The `udfchain` binary run as a real process: each subcommand, exit codes, formats.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn udfchain(root: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_udfchain"))
+        .arg("--root")
+        .arg(root)
+        .args(args)
+        .output()
+        .expect("run udfchain")
+}
+
+fn ok(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn data() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("data");
+    std::fs::write(dir.path().join("a.txt"), "one\ntwo\n").expect("write");
+    std::fs::create_dir_all(dir.path().join("sub")).expect("mkdir");
+    std::fs::write(dir.path().join("sub/b.txt"), "three").expect("write");
+    dir
+}
+
+#[test]
+fn ls_and_du_in_every_format() {
+    let root = tempfile::tempdir().expect("root");
+    let d = data();
+    let dir = d.path().to_str().expect("utf8 path");
+    let table = ok(&udfchain(root.path(), &["ls", dir]));
+    assert!(
+        table.contains("| a.txt     | 8    |") && table.contains("| sub/b.txt | 5    |"),
+        "{table}"
+    );
+    let csv = ok(&udfchain(root.path(), &["ls", dir, "--format", "csv"]));
+    assert_eq!(csv, "path,size\na.txt,8\nsub/b.txt,5\n");
+    let json = ok(&udfchain(
+        root.path(),
+        &["ls", dir, "--non-recursive", "--format", "json"],
+    ));
+    assert_eq!(json.trim(), r#"{"path":"a.txt","size":8}"#);
+    let du = ok(&udfchain(root.path(), &["du", dir, "--format", "csv"]));
+    assert_eq!(du, "files,bytes\n2,13\n");
+    let parquet = udfchain(root.path(), &["ls", dir, "--format", "parquet"]);
+    assert!(parquet.status.success() && parquet.stdout.starts_with(b"PAR1"));
+}
+
+#[test]
+fn query_run_explain_and_datasets() {
+    let root = tempfile::tempdir().expect("root");
+    let d = data();
+    let dir = d.path().display().to_string();
+    let q = format!(
+        "SELECT file.path AS path, line_count(file) AS n FROM read_storage('{dir}') ORDER BY path"
+    );
+    assert_eq!(
+        ok(&udfchain(root.path(), &["query", &q, "--format", "csv"])),
+        "path,n\na.txt,2\nsub/b.txt,1\n"
+    );
+
+    let script = root.path().join("job.sql");
+    std::fs::write(
+        &script,
+        format!(
+            "SET prefetch = 4;\nCREATE DATASET lines AS\n  SELECT file.path AS path, line_count(file) AS n FROM read_storage('{dir}');\nSELECT sum(n) AS total FROM read_dataset('lines');\n"
+        ),
+    )
+    .expect("script");
+    let run = udfchain(
+        root.path(),
+        &["run", script.to_str().expect("utf8"), "--format", "csv"],
+    );
+    assert_eq!(ok(&run), "total\n3\n");
+    assert!(
+        String::from_utf8_lossy(&run.stderr).contains("saved dataset lines version 1 (2 rows)")
+    );
+
+    let explain = ok(&udfchain(
+        root.path(),
+        &["explain", script.to_str().expect("utf8")],
+    ));
+    assert!(
+        explain.contains("PrefetchExec: prefetch=4") && explain.contains("MapExec: udf=line_count"),
+        "{explain}"
+    );
+
+    let ls = ok(&udfchain(
+        root.path(),
+        &["datasets", "ls", "--format", "csv"],
+    ));
+    assert!(
+        ls.starts_with("name,version,rows,bytes,created\nlines,1,2,"),
+        "{ls}"
+    );
+    let info = ok(&udfchain(root.path(), &["datasets", "info", "lines"]));
+    assert!(
+        info.contains("version: 1") && info.contains("n: UInt64"),
+        "{info}"
+    );
+    assert_eq!(
+        ok(&udfchain(root.path(), &["datasets", "rm", "lines"])).trim(),
+        "removed 1 version(s) of lines"
+    );
+    let gone = udfchain(root.path(), &["datasets", "info", "lines"]);
+    assert_eq!(gone.status.code(), Some(1));
+}
+
+#[test]
+fn cache_commands_and_set_flags() {
+    let root = tempfile::tempdir().expect("root");
+    let d = data();
+    let q = format!(
+        "SELECT sha256(file) AS h FROM read_storage('{}')",
+        d.path().display()
+    );
+    ok(&udfchain(
+        root.path(),
+        &["query", &q, "--set", "cache=true"],
+    ));
+    let du = ok(&udfchain(root.path(), &["cache", "du"]));
+    assert!(du.starts_with("2 entries, 13 bytes"), "{du}");
+    let pruned = ok(&udfchain(root.path(), &["cache", "prune", "--to", "8"]));
+    assert!(pruned.starts_with("removed 1 entries"), "{pruned}");
+    ok(&udfchain(root.path(), &["cache", "clear"]));
+    assert!(ok(&udfchain(root.path(), &["cache", "du"])).starts_with("0 entries, 0 bytes"));
+}
+
+#[test]
+fn errors_are_one_line_with_exit_code_1() {
+    let root = tempfile::tempdir().expect("root");
+    let out = udfchain(root.path(), &["ls", "/no/such/dir"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("udfchain: invalid URI") && err.trim().lines().count() == 1,
+        "{err}"
+    );
+
+    let out = udfchain(root.path(), &["query", "SELECT 1", "--set", "prefech=2"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("did you mean prefetch"));
+
+    let out = udfchain(
+        root.path(),
+        &[
+            "query",
+            "SELECT * FROM read_storage('/no/such/dir')",
+            "--verbose",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.starts_with("udfchain: line 1, column 1:"), "{err}");
+    assert!(err.contains("caused by"), "--verbose prints causes: {err}");
+
+    let out = Command::new(env!("CARGO_BIN_EXE_udfchain"))
+        .arg("nonsense")
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2), "usage errors exit 2 (clap)");
+}
