@@ -24,23 +24,52 @@ use udfchain_udfs::{Mapper, UdfError, map_fn};
 use crate::chain::Settings;
 use crate::plan::{UdfKind, UdfNode};
 
-type Make = fn(&str, &str) -> Result<Arc<dyn Mapper>, UdfError>;
+/// Builds the UDF for a call: `make(param column, output column)`.
+pub type Make = Arc<dyn Fn(&str, &str) -> Result<Arc<dyn Mapper>, UdfError> + Send + Sync>;
 
-/// A built-in scalar UDF: its name, constructor and whether it reads only a header.
+/// A scalar UDF callable by name in scripts: its constructor and whether it
+/// reads only a header (then it is planned with `prefetch = 0`).
+#[derive(Clone)]
 pub struct Builtin {
-    pub name: &'static str,
+    pub name: String,
     make: Make,
     header_only: bool,
 }
 
-/// Every built-in scalar UDF.
-pub fn builtins() -> Vec<Builtin> {
-    fn b(name: &'static str, make: Make, header_only: bool) -> Builtin {
-        Builtin {
-            name,
+impl std::fmt::Debug for Builtin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Builtin({})", self.name)
+    }
+}
+
+impl Builtin {
+    pub fn new(name: &str, header_only: bool, make: Make) -> Self {
+        Self {
+            name: name.to_string(),
             make,
             header_only,
         }
+    }
+
+    /// The scalar-function stub DataFusion resolves this name to.
+    pub fn stub(&self) -> Option<ScalarUDF> {
+        let udf = (self.make)("file", "out").ok()?;
+        Some(ScalarUDF::new_from_impl(Stub {
+            name: self.name.clone(),
+            output: udf.signature().output.data_type().clone(),
+            signature: Signature::any(1, Volatility::Volatile),
+        }))
+    }
+}
+
+/// Every built-in scalar UDF.
+pub fn builtins() -> Vec<Builtin> {
+    fn b(
+        name: &str,
+        make: fn(&str, &str) -> Result<Arc<dyn Mapper>, UdfError>,
+        header_only: bool,
+    ) -> Builtin {
+        Builtin::new(name, header_only, Arc::new(make))
     }
     vec![
         b("file_size", |p, o| map_fn(&[p], o, file_size), false),
@@ -55,14 +84,14 @@ pub fn builtins() -> Vec<Builtin> {
 /// The scalar-function stub DataFusion resolves a built-in name to.
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct Stub {
-    name: &'static str,
+    name: String,
     output: DataType,
     signature: Signature,
 }
 
 impl ScalarUDFImpl for Stub {
     fn name(&self) -> &str {
-        self.name
+        &self.name
     }
 
     fn signature(&self) -> &Signature {
@@ -81,26 +110,12 @@ impl ScalarUDFImpl for Stub {
     }
 }
 
-/// Scalar-function stubs to register for every built-in.
-pub fn stubs() -> Vec<ScalarUDF> {
-    builtins()
-        .into_iter()
-        .filter_map(|b| {
-            let udf = (b.make)("file", "out").ok()?;
-            Some(ScalarUDF::new_from_impl(Stub {
-                name: b.name,
-                output: udf.signature().output.data_type().clone(),
-                signature: Signature::any(1, Volatility::Volatile),
-            }))
-        })
-        .collect()
-}
-
 /// Rewrites built-in calls in projections into UDF nodes with the script's
 /// current settings.
 #[derive(Debug)]
 pub struct BuiltinRewrite {
     pub settings: Arc<Mutex<Settings>>,
+    pub udfs: Arc<Mutex<Vec<Builtin>>>,
 }
 
 impl AnalyzerRule for BuiltinRewrite {
@@ -114,7 +129,7 @@ impl AnalyzerRule for BuiltinRewrite {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        let table = builtins();
+        let table = self.udfs.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let mut next = 0usize;
         plan.transform_up(|node| {
             let LogicalPlan::Projection(p) = node else {

@@ -1,7 +1,8 @@
 //! Table functions of scripts: `read_storage('uri' [, 'glob'])`,
 //! `read_dataset('name' [, version])`, `read_parquet/read_csv/read_json('uri')`,
-//! and the generator form `tar_members('uri' [, 'glob'])` (one row per member of
-//! each tar archive under the URI, with the same `PrefetchExec` as from Rust).
+//! and the generator forms `tar_members('uri' [, 'glob'])` (one row per member of
+//! each tar archive under the URI) and `webdataset('uri' [, 'glob'])` (one row
+//! per sample: the members sharing a key), with the same `PrefetchExec` as from Rust.
 //!
 //! Table functions are synchronous in DataFusion; the ones that must read a
 //! schema (Parquet, CSV, JSON, datasets) block in place, so scripts run on a
@@ -15,7 +16,7 @@ use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::SessionState;
 use datafusion::logical_expr::{Expr, LogicalPlanBuilder};
 use datafusion::prelude::{CsvReadOptions, JsonReadOptions, ParquetReadOptions, SessionContext};
-use udfchain_udfs::builtins::tar_members;
+use udfchain_udfs::builtins::{tar_members, webdataset_samples};
 use udfchain_udfs::gen_fn;
 
 use crate::chain::Settings;
@@ -32,6 +33,7 @@ pub const NAMES: &[&str] = &[
     "read_csv",
     "read_json",
     "tar_members",
+    "webdataset",
 ];
 
 #[derive(Debug, Clone, Copy)]
@@ -42,6 +44,7 @@ enum Kind {
     Csv,
     Json,
     TarMembers,
+    WebDataset,
 }
 
 /// One table function, reading the script's current settings.
@@ -68,6 +71,7 @@ pub fn table_functions(
         ("read_csv", f(Kind::Csv)),
         ("read_json", f(Kind::Json)),
         ("tar_members", f(Kind::TarMembers)),
+        ("webdataset", f(Kind::WebDataset)),
     ]
 }
 
@@ -121,7 +125,7 @@ impl TableFunctionImpl for TableFn {
         };
         let ctx = || SessionContext::new_with_state(state.clone());
         match self.kind {
-            Kind::Storage | Kind::TarMembers => {
+            Kind::Storage | Kind::TarMembers | Kind::WebDataset => {
                 let glob = string_arg(exprs, 1, "the glob")?;
                 let table = StorageTable::try_new(&first, true, glob, options.clone())
                     .map_err(Error::into_df)?;
@@ -135,8 +139,11 @@ impl TableFunctionImpl for TableFn {
                 if let Kind::Storage = self.kind {
                     return Ok(Arc::new(table));
                 }
-                let udf = gen_fn(&["file"], "member", tar_members)
-                    .map_err(|e| DataFusionError::Plan(e.to_string()))?;
+                let udf = match self.kind {
+                    Kind::WebDataset => gen_fn(&["file"], "sample", webdataset_samples),
+                    _ => gen_fn(&["file"], "member", tar_members),
+                }
+                .map_err(|e| DataFusionError::Plan(e.to_string()))?;
                 let node =
                     UdfNode::try_new(scan, UdfKind::Gen(udf), settings).map_err(Error::into_df)?;
                 Ok(Arc::new(ViewTable::new(node.into_plan(), None)))

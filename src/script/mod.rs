@@ -16,6 +16,8 @@
 mod builtins;
 mod functions;
 
+use builtins::Builtin;
+
 use std::sync::{Arc, Mutex};
 
 use datafusion::arrow::array::{RecordBatch, StringArray, UInt32Array, UInt64Array};
@@ -57,6 +59,7 @@ pub struct Statement {
 pub struct ScriptRunner {
     session: Arc<Session>,
     settings: Arc<Mutex<Settings>>,
+    udfs: Arc<Mutex<Vec<Builtin>>>,
 }
 
 impl ScriptRunner {
@@ -67,13 +70,45 @@ impl ScriptRunner {
         for (name, f) in functions::table_functions(&settings) {
             ctx.register_udtf(name, f);
         }
-        for stub in builtins::stubs() {
+        let udfs = builtins::builtins();
+        for stub in udfs.iter().filter_map(Builtin::stub) {
             ctx.register_udf(stub);
         }
+        let udfs = Arc::new(Mutex::new(udfs));
         ctx.add_analyzer_rule(Arc::new(builtins::BuiltinRewrite {
             settings: Arc::clone(&settings),
+            udfs: Arc::clone(&udfs),
         }));
-        Self { session, settings }
+        Self {
+            session,
+            settings,
+            udfs,
+        }
+    }
+
+    /// Makes `name(column)` callable in this runner's scripts: `make(param,
+    /// output)` builds the UDF, e.g. `|p, o| udfchain::udfs::map_fn(&[p], o, my_fn)`.
+    /// With `header_only`, calls are planned with `prefetch = 0`.
+    pub fn register_map(
+        &self,
+        name: &str,
+        header_only: bool,
+        make: impl Fn(
+            &str,
+            &str,
+        )
+            -> std::result::Result<Arc<dyn udfchain_udfs::Mapper>, udfchain_udfs::UdfError>
+        + Send
+        + Sync
+        + 'static,
+    ) -> Result<()> {
+        let b = Builtin::new(name, header_only, Arc::new(make));
+        let stub = b
+            .stub()
+            .ok_or_else(|| Error::plan(format!("UDF {name}: its constructor failed")))?;
+        self.session.context().register_udf(stub);
+        self.udfs.lock().unwrap_or_else(|p| p.into_inner()).push(b);
+        Ok(())
     }
 
     /// Applies `name = value` as a `SET` would.

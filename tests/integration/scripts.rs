@@ -142,9 +142,9 @@ async fn tar_members_generator_and_datasets() {
     let data = tempfile::tempdir().expect("data");
     let mut b = tar::Builder::new(Vec::new());
     for (name, body) in [
-        ("s1/a.cls", "cat"),
-        ("s1/b.txt", "a cat"),
-        ("s2/a.cls", "dog"),
+        ("d/s1.cls", "cat"),
+        ("d/s1.txt", "a cat"),
+        ("d/s2.cls", "dog"),
     ] {
         let mut h = tar::Header::new_gnu();
         h.set_size(body.len() as u64);
@@ -172,6 +172,20 @@ async fn tar_members_generator_and_datasets() {
 | cat   | 3    |
 | dog   | 3    |
 +-------+------+",
+    );
+    let samples = format!(
+        "SELECT sample.key AS key, array_length(sample.members) AS n FROM webdataset('{}') ORDER BY key;",
+        data.path().display()
+    );
+    golden(
+        &last_table(&r, &samples).await,
+        "
++------+---+
+| key  | n |
++------+---+
+| d/s1 | 2 |
+| d/s2 | 1 |
++------+---+",
     );
     let shown = last_table(&r, "SHOW DATASETS;").await;
     assert!(shown.contains("| members | 1       | 3    |"), "{shown}");
@@ -227,4 +241,37 @@ async fn errors_have_line_column_and_suggestions() {
     assert!(err.to_string().contains("line_count"), "{err}");
     let err = r.run("SET cache = maybe;").await.expect_err("bad value");
     assert!(err.to_string().contains("expected true or false"), "{err}");
+}
+
+async fn shout(file: udfchain::File) -> Result<String, udfchain::udfs::UdfError> {
+    Ok(file.read_text().await?.to_uppercase())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rust_udfs_registered_for_scripts() {
+    let root = tempfile::tempdir().expect("root");
+    let data = data_dir();
+    let r = runner(root.path());
+    r.register_map("shout", false, |p, o| {
+        udfchain::udfs::map_fn(&[p], o, shout)
+    })
+    .expect("register");
+    let q = format!(
+        "SELECT shout(file) AS loud FROM read_storage('{}', 'b.txt');",
+        data.path().display()
+    );
+    golden(
+        &last_table(&r, &q).await,
+        "
++------+
+| loud |
++------+
+| X    |
++------+",
+    );
+    let plan = last_table(&r, &format!("EXPLAIN {q}")).await;
+    assert!(
+        plan.contains("MapExec: udf=shout") && plan.contains("PrefetchExec"),
+        "{plan}"
+    );
 }

@@ -7,4 +7,4 @@ mod tar;
 
 pub use file::{file_size, line_count, md5, read_text, sha256};
 pub use image::{ImageSize, image_size};
-pub use tar::tar_members;
+pub use tar::{Sample, tar_members, webdataset_samples};

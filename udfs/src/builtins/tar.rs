@@ -93,3 +93,62 @@ fn octal(field: &[u8]) -> Option<u64> {
     }
     u64::from_str_radix(digits, 8).ok()
 }
+
+/// One WebDataset sample: the members of a tar shard sharing a key (the member
+/// name up to the first `.` of its last path segment), e.g. `s/0001.jpg` and
+/// `s/0001.cls` form sample `s/0001`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Sample {
+    pub key: String,
+    pub members: Vec<File>,
+}
+
+/// The samples of a WebDataset shard: consecutive tar members grouped by key.
+pub fn webdataset_samples(
+    file: File,
+) -> impl Stream<Item = Result<Sample, UdfError>> + Send + 'static {
+    use futures::StreamExt;
+    let members = tar_members(file).boxed();
+    futures::stream::try_unfold(
+        (members, None::<File>),
+        |(mut members, mut pending)| async move {
+            let mut sample: Option<Sample> = None;
+            loop {
+                let next = match pending.take() {
+                    Some(m) => Some(m),
+                    None => members.next().await.transpose()?,
+                };
+                let Some(member) = next else {
+                    return Ok(sample.map(|s| (s, (members, None))));
+                };
+                let key = sample_key(&member);
+                match &mut sample {
+                    Some(s) if s.key == key => s.members.push(member),
+                    Some(_) => return Ok(sample.map(|s| (s, (members, Some(member))))),
+                    None => {
+                        sample = Some(Sample {
+                            key,
+                            members: vec![member],
+                        })
+                    }
+                }
+            }
+        },
+    )
+}
+
+fn sample_key(member: &File) -> String {
+    let name = member
+        .member()
+        .map(|m| m.name)
+        .unwrap_or_else(|| member.path.clone());
+    let (dir, base) = match name.rsplit_once('/') {
+        Some((d, b)) => (Some(d), b),
+        None => (None, name.as_str()),
+    };
+    let stem = base.split('.').next().unwrap_or(base);
+    match dir {
+        Some(d) => format!("{d}/{stem}"),
+        None => stem.to_string(),
+    }
+}
