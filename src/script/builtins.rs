@@ -64,11 +64,8 @@ impl Builtin {
 
 /// Every built-in scalar UDF.
 pub fn builtins() -> Vec<Builtin> {
-    fn b(
-        name: &str,
-        make: fn(&str, &str) -> Result<Arc<dyn Mapper>, UdfError>,
-        header_only: bool,
-    ) -> Builtin {
+    type MakeFn = fn(&str, &str) -> Result<Arc<dyn Mapper>, UdfError>;
+    fn b(name: &str, make: MakeFn, header_only: bool) -> Builtin {
         Builtin::new(name, header_only, Arc::new(make))
     }
     vec![
