@@ -2,7 +2,9 @@
 //! `read_dataset('name' [, version])`, `read_parquet/read_csv/read_json('uri')`,
 //! and the generator forms `tar_members('uri' [, 'glob'])` (one row per member of
 //! each tar archive under the URI) and `webdataset('uri' [, 'glob'])` (one row
-//! per sample: the members sharing a key), with the same `PrefetchExec` as from Rust.
+//! per sample: the members sharing a key) and `parquet_rows('uri' [, 'glob'])`
+//! (the rows of every Parquet file, as a struct column `row`), with the same
+//! `PrefetchExec` as from Rust.
 //!
 //! Table functions are synchronous in DataFusion; the ones that must read a
 //! schema (Parquet, CSV, JSON, datasets) block in place, so scripts run on a
@@ -16,14 +18,14 @@ use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::SessionState;
 use datafusion::logical_expr::{Expr, LogicalPlanBuilder};
 use datafusion::prelude::{CsvReadOptions, JsonReadOptions, ParquetReadOptions, SessionContext};
-use udfchain_udfs::builtins::{tar_members, webdataset_samples};
+use udfchain_udfs::builtins::{ParquetRows, parquet_schema, tar_members, webdataset_samples};
 use udfchain_udfs::gen_fn;
 
 use crate::chain::Settings;
 use crate::dataset::Catalog;
 use crate::error::Error;
 use crate::plan::{UdfKind, UdfNode};
-use crate::storage::{Location, StorageTable, open_store};
+use crate::storage::{Location, StorageTable, StoreSource, open_store};
 
 /// The table functions scripts know, for suggestions.
 pub const NAMES: &[&str] = &[
@@ -34,6 +36,7 @@ pub const NAMES: &[&str] = &[
     "read_json",
     "tar_members",
     "webdataset",
+    "parquet_rows",
 ];
 
 #[derive(Debug, Clone, Copy)]
@@ -45,6 +48,7 @@ enum Kind {
     Json,
     TarMembers,
     WebDataset,
+    ParquetRows,
 }
 
 /// One table function, reading the script's current settings.
@@ -72,6 +76,7 @@ pub fn table_functions(
         ("read_json", f(Kind::Json)),
         ("tar_members", f(Kind::TarMembers)),
         ("webdataset", f(Kind::WebDataset)),
+        ("parquet_rows", f(Kind::ParquetRows)),
     ]
 }
 
@@ -144,6 +149,47 @@ impl TableFunctionImpl for TableFn {
                     _ => gen_fn(&["file"], "member", tar_members),
                 }
                 .map_err(|e| DataFusionError::Plan(e.to_string()))?;
+                let node =
+                    UdfNode::try_new(scan, UdfKind::Gen(udf), settings).map_err(Error::into_df)?;
+                Ok(Arc::new(ViewTable::new(node.into_plan(), None)))
+            }
+            Kind::ParquetRows => {
+                let glob =
+                    string_arg(exprs, 1, "the glob")?.unwrap_or_else(|| "**/*.parquet".into());
+                let table = StorageTable::try_new(&first, true, Some(glob), options.clone())
+                    .map_err(Error::into_df)?;
+                open(&first)?;
+                let provider: Arc<dyn TableProvider> = Arc::new(table);
+                let env = Arc::clone(state.runtime_env());
+                // The schema of the first file is the schema of every file's rows.
+                let schema = block(async {
+                    let batches = ctx()
+                        .read_table(Arc::clone(&provider))?
+                        .limit(0, Some(1))?
+                        .collect()
+                        .await?;
+                    let file = batches
+                        .iter()
+                        .find(|b| b.num_rows() > 0)
+                        .map(|b| udfchain_udfs::decode_column::<udfchain_udfs::File>(b.column(0)))
+                        .transpose()
+                        .map_err(|e| DataFusionError::Plan(e.to_string()))?
+                        .and_then(|mut f| f.pop())
+                        .ok_or_else(|| {
+                            DataFusionError::Plan(format!(
+                                "parquet_rows: no Parquet file under {first}"
+                            ))
+                        })?;
+                    let source = StoreSource::new(env, options.clone(), None);
+                    let bytes = udfchain_udfs::FileSource::read(&source, &file)
+                        .await
+                        .map_err(|e| DataFusionError::Plan(e.to_string()))?;
+                    parquet_schema(bytes)
+                        .map_err(|e| DataFusionError::Plan(format!("{}: {e}", file.url())))
+                })??;
+                let scan = LogicalPlanBuilder::scan("storage", provider_as_source(provider), None)?
+                    .build()?;
+                let udf = ParquetRows::new("file", "row", schema);
                 let node =
                     UdfNode::try_new(scan, UdfKind::Gen(udf), settings).map_err(Error::into_df)?;
                 Ok(Arc::new(ViewTable::new(node.into_plan(), None)))

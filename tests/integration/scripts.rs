@@ -275,3 +275,45 @@ async fn rust_udfs_registered_for_scripts() {
         "{plan}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parquet_rows_expands_every_file() {
+    #[derive(serde::Serialize, serde::Deserialize)]
+    struct R {
+        id: i64,
+        tag: String,
+    }
+    let root = tempfile::tempdir().expect("root");
+    let data = tempfile::tempdir().expect("data");
+    for (f, ids) in [("a.parquet", 0..3), ("sub/b.parquet", 3..5)] {
+        let rows: Vec<R> = ids
+            .map(|id| R {
+                id,
+                tag: format!("t{id}"),
+            })
+            .collect();
+        let path = data.path().join(f).display().to_string();
+        udfchain::Chain::from_values(&rows)
+            .to_parquet(&path)
+            .await
+            .expect("write parquet");
+    }
+    let r = runner(root.path());
+    let q = format!(
+        "SELECT file.path AS path, row.id AS id, row.tag AS tag FROM parquet_rows('{}') ORDER BY id;",
+        data.path().display()
+    );
+    golden(
+        &last_table(&r, &q).await,
+        "
++---------------+----+-----+
+| path          | id | tag |
++---------------+----+-----+
+| a.parquet     | 0  | t0  |
+| a.parquet     | 1  | t1  |
+| a.parquet     | 2  | t2  |
+| sub/b.parquet | 3  | t3  |
+| sub/b.parquet | 4  | t4  |
++---------------+----+-----+",
+    );
+}

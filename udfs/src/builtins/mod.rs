@@ -3,8 +3,10 @@
 
 mod file;
 mod image;
+mod parquet;
 mod tar;
 
 pub use file::{file_size, line_count, md5, read_text, sha256};
 pub use image::{ImageSize, image_size};
+pub use parquet::{ParquetRows, parquet_schema};
 pub use tar::{Sample, tar_members, webdataset_samples};
