@@ -189,7 +189,7 @@ impl TableFunctionImpl for TableFn {
                 })??;
                 let scan = LogicalPlanBuilder::scan("storage", provider_as_source(provider), None)?
                     .build()?;
-                let udf = ParquetRows::new("file", "row", schema);
+                let udf = ParquetRows::udf("file", "row", schema);
                 let node =
                     UdfNode::try_new(scan, UdfKind::Gen(udf), settings).map_err(Error::into_df)?;
                 Ok(Arc::new(ViewTable::new(node.into_plan(), None)))

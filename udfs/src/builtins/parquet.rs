@@ -37,7 +37,7 @@ pub struct ParquetRows {
 
 impl ParquetRows {
     /// Reads param `file`, writes the struct column `output` with `schema`'s fields.
-    pub fn new(param: &str, output: &str, schema: SchemaRef) -> Arc<dyn Generator> {
+    pub fn udf(param: &str, output: &str, schema: SchemaRef) -> Arc<dyn Generator> {
         Arc::new(Self {
             signature: Signature {
                 name: "parquet_rows".into(),
