@@ -19,29 +19,21 @@ use datafusion::error::Result as DfResult;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::{LexRequirement, OrderingRequirements, PhysicalSortRequirement};
-use datafusion::physical_plan::metrics::{BaselineMetrics, ExecutionPlanMetricsSet};
+use datafusion::physical_plan::metrics::BaselineMetrics;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::{
-    DisplayAs, DisplayFormatType, Distribution, ExecutionPlan, PlanProperties,
-};
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, Distribution, ExecutionPlan};
 use futures::stream::{BoxStream, StreamExt, TryStreamExt};
 use udfchain_udfs::Aggregator;
 
-use super::common::{UdfCall, append_column, repeat_row, udf_properties, unary_exec_boilerplate};
+use super::common::{UdfCall, UdfOperator, append_column, repeat_row, unary_exec_boilerplate};
 use super::prefetch::PrefetchLink;
 use crate::chain::OnError;
 
 #[derive(Debug)]
 pub struct AggregateExec {
-    input: Arc<dyn ExecutionPlan>,
-    udf: Arc<dyn Aggregator>,
-    call: Arc<UdfCall>,
+    op: UdfOperator<dyn Aggregator>,
     /// Key columns: (index in the input schema, name).
     keys: Vec<(usize, String)>,
-    link: Option<Arc<PrefetchLink>>,
-    schema: SchemaRef,
-    properties: Arc<PlanProperties>,
-    metrics: ExecutionPlanMetricsSet,
 }
 
 impl AggregateExec {
@@ -54,30 +46,20 @@ impl AggregateExec {
         schema: SchemaRef,
     ) -> Self {
         Self {
-            properties: Arc::new(udf_properties(Arc::clone(&schema), 1)),
-            input,
-            udf,
-            call,
+            op: UdfOperator::new(input, udf, call, link, schema, true),
             keys,
-            link,
-            schema,
-            metrics: ExecutionPlanMetricsSet::new(),
         }
     }
 
     pub(crate) fn call(&self) -> &UdfCall {
-        &self.call
+        &self.op.call
     }
 
     fn with_input(&self, input: Arc<dyn ExecutionPlan>) -> Self {
-        Self::new(
-            input,
-            Arc::clone(&self.udf),
-            Arc::clone(&self.call),
-            self.keys.clone(),
-            self.link.clone(),
-            Arc::clone(&self.schema),
-        )
+        Self {
+            op: self.op.with_input(input),
+            keys: self.keys.clone(),
+        }
     }
 }
 
@@ -87,16 +69,16 @@ impl DisplayAs for AggregateExec {
         write!(
             f,
             "AggregateExec: udf={}, output={}, partition_by=[{}], parallel={}",
-            self.call.name,
-            self.udf.signature().output.name(),
+            self.op.call.name,
+            self.op.udf.signature().output.name(),
             keys.join(", "),
-            self.call.parallel
+            self.op.call.parallel
         )
     }
 }
 
 impl ExecutionPlan for AggregateExec {
-    unary_exec_boilerplate!("AggregateExec");
+    unary_exec_boilerplate!("AggregateExec", op);
 
     fn required_input_distribution(&self) -> Vec<Distribution> {
         vec![Distribution::SinglePartition]
@@ -115,14 +97,14 @@ impl ExecutionPlan for AggregateExec {
         partition: usize,
         ctx: Arc<TaskContext>,
     ) -> DfResult<SendableRecordBatchStream> {
-        let input = self.input.execute(partition, Arc::clone(&ctx))?;
-        let local = self.link.as_ref().and_then(|l| l.local(partition));
-        let call = Arc::clone(&self.call);
-        let udf = Arc::clone(&self.udf);
+        let input = self.op.input.execute(partition, Arc::clone(&ctx))?;
+        let local = self.op.local(partition);
+        let call = Arc::clone(&self.op.call);
+        let udf = Arc::clone(&self.op.udf);
         let source = call.file_source(&ctx, local.clone());
-        let schema = Arc::clone(&self.schema);
+        let schema = Arc::clone(&self.op.schema);
         let key_idx: Vec<usize> = self.keys.iter().map(|(i, _)| *i).collect();
-        let baseline = BaselineMetrics::new(&self.metrics, partition);
+        let baseline = BaselineMetrics::new(&self.op.metrics, partition);
         let mut seen = 0u64;
         let stream = groups(input, key_idx.clone())?
             .map_ok(move |g| {
@@ -166,11 +148,11 @@ impl ExecutionPlan for AggregateExec {
                     append_column(&schema, &repeated, values).map(Some)
                 }
             })
-            .buffered(self.call.parallel)
+            .buffered(self.op.call.parallel)
             .try_filter_map(|b| futures::future::ready(Ok(b)))
             .inspect_ok(move |b| baseline.record_output(b.num_rows()));
         Ok(Box::pin(RecordBatchStreamAdapter::new(
-            Arc::clone(&self.schema),
+            Arc::clone(&self.op.schema),
             stream,
         )))
     }

@@ -12,27 +12,19 @@ use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::error::Result as DfResult;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::physical_plan::metrics::{BaselineMetrics, ExecutionPlanMetricsSet};
+use datafusion::physical_plan::metrics::BaselineMetrics;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::{
-    DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties,
-};
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use futures::stream::{BoxStream, StreamExt, TryStreamExt};
 use udfchain_udfs::BatchMapper;
 
-use super::common::{UdfCall, append_column, null_output, udf_properties, unary_exec_boilerplate};
+use super::common::{UdfCall, UdfOperator, append_column, null_output, unary_exec_boilerplate};
 use super::prefetch::PrefetchLink;
 use crate::chain::OnError;
 
 #[derive(Debug)]
 pub struct BatchMapExec {
-    input: Arc<dyn ExecutionPlan>,
-    udf: Arc<dyn BatchMapper>,
-    call: Arc<UdfCall>,
-    link: Option<Arc<PrefetchLink>>,
-    schema: SchemaRef,
-    properties: Arc<PlanProperties>,
-    metrics: ExecutionPlanMetricsSet,
+    op: UdfOperator<dyn BatchMapper>,
 }
 
 impl BatchMapExec {
@@ -43,30 +35,19 @@ impl BatchMapExec {
         link: Option<Arc<PrefetchLink>>,
         schema: SchemaRef,
     ) -> Self {
-        let parts = input.output_partitioning().partition_count();
         Self {
-            properties: Arc::new(udf_properties(Arc::clone(&schema), parts)),
-            input,
-            udf,
-            call,
-            link,
-            schema,
-            metrics: ExecutionPlanMetricsSet::new(),
+            op: UdfOperator::new(input, udf, call, link, schema, false),
         }
     }
 
     pub(crate) fn call(&self) -> &UdfCall {
-        &self.call
+        &self.op.call
     }
 
     fn with_input(&self, input: Arc<dyn ExecutionPlan>) -> Self {
-        Self::new(
-            input,
-            Arc::clone(&self.udf),
-            Arc::clone(&self.call),
-            self.link.clone(),
-            Arc::clone(&self.schema),
-        )
+        Self {
+            op: self.op.with_input(input),
+        }
     }
 }
 
@@ -75,16 +56,16 @@ impl DisplayAs for BatchMapExec {
         write!(
             f,
             "BatchMapExec: udf={}, output={}, parallel={}, batch_size={}",
-            self.call.name,
-            self.udf.signature().output.name(),
-            self.call.parallel,
-            self.call.batch_size
+            self.op.call.name,
+            self.op.udf.signature().output.name(),
+            self.op.call.parallel,
+            self.op.call.batch_size
         )
     }
 }
 
 impl ExecutionPlan for BatchMapExec {
-    unary_exec_boilerplate!("BatchMapExec");
+    unary_exec_boilerplate!("BatchMapExec", op);
 
     fn maintains_input_order(&self) -> Vec<bool> {
         vec![true]
@@ -95,13 +76,13 @@ impl ExecutionPlan for BatchMapExec {
         partition: usize,
         ctx: Arc<TaskContext>,
     ) -> DfResult<SendableRecordBatchStream> {
-        let input = self.input.execute(partition, Arc::clone(&ctx))?;
-        let local = self.link.as_ref().and_then(|l| l.local(partition));
-        let call = Arc::clone(&self.call);
-        let udf = Arc::clone(&self.udf);
+        let input = self.op.input.execute(partition, Arc::clone(&ctx))?;
+        let local = self.op.local(partition);
+        let call = Arc::clone(&self.op.call);
+        let udf = Arc::clone(&self.op.udf);
         let source = call.file_source(&ctx, local.clone());
-        let schema = Arc::clone(&self.schema);
-        let baseline = BaselineMetrics::new(&self.metrics, partition);
+        let schema = Arc::clone(&self.op.schema);
+        let baseline = BaselineMetrics::new(&self.op.metrics, partition);
         let mut seen = 0u64;
         let stream = rebatch(input, call.batch_size)
             .map_ok(move |b| {
@@ -142,11 +123,11 @@ impl ExecutionPlan for BatchMapExec {
                     }
                 }
             })
-            .buffered(self.call.parallel)
+            .buffered(self.op.call.parallel)
             .try_filter_map(|b| futures::future::ready(Ok(b)))
             .inspect_ok(move |b| baseline.record_output(b.num_rows()));
         Ok(Box::pin(RecordBatchStreamAdapter::new(
-            Arc::clone(&self.schema),
+            Arc::clone(&self.op.schema),
             stream,
         )))
     }

@@ -17,6 +17,10 @@ use datafusion::execution::TaskContext;
 use tokio::sync::Semaphore;
 use udfchain_udfs::{CallError, File, FileSource, decode_column, with_file_source};
 
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
+
+use super::prefetch::PrefetchLink;
 use crate::chain::OnError;
 use crate::error::Error;
 use crate::session::spawn_udf;
@@ -207,6 +211,67 @@ impl UdfCall {
     }
 }
 
+/// The parts every UDF operator has: its input, the UDF, how it is called, the
+/// link to the `PrefetchExec` below it, and the plan's bookkeeping.
+#[derive(Debug)]
+pub struct UdfOperator<U: ?Sized> {
+    pub input: Arc<dyn ExecutionPlan>,
+    pub udf: Arc<U>,
+    pub call: Arc<UdfCall>,
+    pub link: Option<Arc<PrefetchLink>>,
+    pub schema: SchemaRef,
+    pub properties: Arc<datafusion::physical_plan::PlanProperties>,
+    pub metrics: ExecutionPlanMetricsSet,
+    /// One output partition (an aggregate), else as many as the input has.
+    single: bool,
+}
+
+impl<U: ?Sized> UdfOperator<U> {
+    pub fn new(
+        input: Arc<dyn ExecutionPlan>,
+        udf: Arc<U>,
+        call: Arc<UdfCall>,
+        link: Option<Arc<PrefetchLink>>,
+        schema: SchemaRef,
+        single: bool,
+    ) -> Self {
+        use datafusion::physical_plan::ExecutionPlanProperties;
+        let parts = if single {
+            1
+        } else {
+            input.output_partitioning().partition_count()
+        };
+        Self {
+            properties: Arc::new(udf_properties(Arc::clone(&schema), parts)),
+            input,
+            udf,
+            call,
+            link,
+            schema,
+            metrics: ExecutionPlanMetricsSet::new(),
+            single,
+        }
+    }
+
+    /// The same operator over a new input.
+    pub fn with_input(&self, input: Arc<dyn ExecutionPlan>) -> Self {
+        Self::new(
+            input,
+            Arc::clone(&self.udf),
+            Arc::clone(&self.call),
+            self.link.clone(),
+            Arc::clone(&self.schema),
+            self.single,
+        )
+    }
+
+    /// The local copies the prefetch operator of `partition` made (after the
+    /// input of that partition was executed).
+    pub fn local(&self, partition: usize) -> Option<Arc<dyn LocalCopies>> {
+        self.link.as_ref().and_then(|l| l.local(partition))
+    }
+}
+
 /// Splits `batch` into slices of at most `rows` rows.
 pub fn slices(batch: &RecordBatch, rows: usize) -> Vec<RecordBatch> {
     let rows = rows.max(1);
@@ -241,17 +306,17 @@ pub fn append_column(
 /// single-input udfchain operator. The type needs fields `input`,
 /// `properties`, `metrics` and a method `with_input(&self, input) -> Self`.
 macro_rules! unary_exec_boilerplate {
-    ($name:literal) => {
+    ($name:literal $(, $base:ident)?) => {
         fn name(&self) -> &str {
             $name
         }
 
         fn properties(&self) -> &std::sync::Arc<datafusion::physical_plan::PlanProperties> {
-            &self.properties
+            &self$(.$base)?.properties
         }
 
         fn children(&self) -> Vec<&std::sync::Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
-            vec![&self.input]
+            vec![&self$(.$base)?.input]
         }
 
         fn benefits_from_input_partitioning(&self) -> Vec<bool> {
@@ -285,7 +350,7 @@ macro_rules! unary_exec_boilerplate {
         }
 
         fn metrics(&self) -> Option<datafusion::physical_plan::metrics::MetricsSet> {
-            Some(self.metrics.clone_inner())
+            Some(self$(.$base)?.metrics.clone_inner())
         }
     };
 }

@@ -14,17 +14,15 @@ use datafusion::arrow::array::{ArrayRef, RecordBatch};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::error::Result as DfResult;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::physical_plan::metrics::{BaselineMetrics, ExecutionPlanMetricsSet};
+use datafusion::physical_plan::metrics::BaselineMetrics;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::{
-    DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties,
-};
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use futures::StreamExt;
 use tokio::sync::mpsc;
 use udfchain_udfs::{CallError, FileSource, Generator};
 
 use super::common::{
-    Failure, UdfCall, append_column, null_output, repeat_row, slices, udf_properties,
+    Failure, UdfCall, UdfOperator, append_column, null_output, repeat_row, slices,
     unary_exec_boilerplate,
 };
 use super::prefetch::PrefetchLink;
@@ -34,13 +32,7 @@ use crate::storage::source::LocalCopies;
 
 #[derive(Debug)]
 pub struct GenerateExec {
-    input: Arc<dyn ExecutionPlan>,
-    udf: Arc<dyn Generator>,
-    call: Arc<UdfCall>,
-    link: Option<Arc<PrefetchLink>>,
-    schema: SchemaRef,
-    properties: Arc<PlanProperties>,
-    metrics: ExecutionPlanMetricsSet,
+    op: UdfOperator<dyn Generator>,
 }
 
 impl GenerateExec {
@@ -51,30 +43,19 @@ impl GenerateExec {
         link: Option<Arc<PrefetchLink>>,
         schema: SchemaRef,
     ) -> Self {
-        let parts = input.output_partitioning().partition_count();
         Self {
-            properties: Arc::new(udf_properties(Arc::clone(&schema), parts)),
-            input,
-            udf,
-            call,
-            link,
-            schema,
-            metrics: ExecutionPlanMetricsSet::new(),
+            op: UdfOperator::new(input, udf, call, link, schema, false),
         }
     }
 
     pub(crate) fn call(&self) -> &UdfCall {
-        &self.call
+        &self.op.call
     }
 
     fn with_input(&self, input: Arc<dyn ExecutionPlan>) -> Self {
-        Self::new(
-            input,
-            Arc::clone(&self.udf),
-            Arc::clone(&self.call),
-            self.link.clone(),
-            Arc::clone(&self.schema),
-        )
+        Self {
+            op: self.op.with_input(input),
+        }
     }
 }
 
@@ -83,37 +64,37 @@ impl DisplayAs for GenerateExec {
         write!(
             f,
             "GenerateExec: udf={}, output={}, parallel={}, batch_size={}",
-            self.call.name,
-            self.udf.signature().output.name(),
-            self.call.parallel,
-            self.call.batch_size
+            self.op.call.name,
+            self.op.udf.signature().output.name(),
+            self.op.call.parallel,
+            self.op.call.batch_size
         )
     }
 }
 
 impl ExecutionPlan for GenerateExec {
-    unary_exec_boilerplate!("GenerateExec");
+    unary_exec_boilerplate!("GenerateExec", op);
 
     fn execute(
         &self,
         partition: usize,
         ctx: Arc<TaskContext>,
     ) -> DfResult<SendableRecordBatchStream> {
-        let input = self.input.execute(partition, Arc::clone(&ctx))?;
-        let local = self.link.as_ref().and_then(|l| l.local(partition));
+        let input = self.op.input.execute(partition, Arc::clone(&ctx))?;
+        let local = self.op.local(partition);
         let state = GenState {
             input,
-            source: self.call.file_source(&ctx, local.clone()),
+            source: self.op.call.file_source(&ctx, local.clone()),
             local,
-            call: Arc::clone(&self.call),
-            udf: Arc::clone(&self.udf),
-            schema: Arc::clone(&self.schema),
+            call: Arc::clone(&self.op.call),
+            udf: Arc::clone(&self.op.udf),
+            schema: Arc::clone(&self.op.schema),
             rows: VecDeque::new(),
             jobs: VecDeque::new(),
             input_done: false,
             seen: 0,
         };
-        let baseline = BaselineMetrics::new(&self.metrics, partition);
+        let baseline = BaselineMetrics::new(&self.op.metrics, partition);
         let stream = futures::stream::unfold(state, |mut s| async move {
             let next = s.next().await?;
             Some((next, s))
@@ -124,7 +105,7 @@ impl ExecutionPlan for GenerateExec {
             }
         });
         Ok(Box::pin(RecordBatchStreamAdapter::new(
-            Arc::clone(&self.schema),
+            Arc::clone(&self.op.schema),
             stream,
         )))
     }

@@ -14,16 +14,14 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::error::Result as DfResult;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::physical_plan::metrics::{BaselineMetrics, ExecutionPlanMetricsSet};
+use datafusion::physical_plan::metrics::BaselineMetrics;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::{
-    DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties,
-};
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use futures::stream::{self, StreamExt, TryStreamExt};
 use udfchain_udfs::Mapper;
 
 use super::common::{
-    UdfCall, append_column, null_output, slices, udf_properties, unary_exec_boilerplate,
+    UdfCall, UdfOperator, append_column, null_output, slices, unary_exec_boilerplate,
 };
 use super::prefetch::PrefetchLink;
 use crate::chain::OnError;
@@ -33,13 +31,7 @@ const VALUE_ROWS_PER_CALL: usize = 1024;
 
 #[derive(Debug)]
 pub struct MapExec {
-    input: Arc<dyn ExecutionPlan>,
-    udf: Arc<dyn Mapper>,
-    call: Arc<UdfCall>,
-    link: Option<Arc<PrefetchLink>>,
-    schema: SchemaRef,
-    properties: Arc<PlanProperties>,
-    metrics: ExecutionPlanMetricsSet,
+    op: UdfOperator<dyn Mapper>,
 }
 
 impl MapExec {
@@ -50,30 +42,19 @@ impl MapExec {
         link: Option<Arc<PrefetchLink>>,
         schema: SchemaRef,
     ) -> Self {
-        let parts = input.output_partitioning().partition_count();
         Self {
-            properties: Arc::new(udf_properties(Arc::clone(&schema), parts)),
-            input,
-            udf,
-            call,
-            link,
-            schema,
-            metrics: ExecutionPlanMetricsSet::new(),
+            op: UdfOperator::new(input, udf, call, link, schema, false),
         }
     }
 
     pub(crate) fn call(&self) -> &UdfCall {
-        &self.call
+        &self.op.call
     }
 
     fn with_input(&self, input: Arc<dyn ExecutionPlan>) -> Self {
-        Self::new(
-            input,
-            Arc::clone(&self.udf),
-            Arc::clone(&self.call),
-            self.link.clone(),
-            Arc::clone(&self.schema),
-        )
+        Self {
+            op: self.op.with_input(input),
+        }
     }
 }
 
@@ -82,15 +63,15 @@ impl DisplayAs for MapExec {
         write!(
             f,
             "MapExec: udf={}, output={}, parallel={}",
-            self.call.name,
-            self.udf.signature().output.name(),
-            self.call.parallel
+            self.op.call.name,
+            self.op.udf.signature().output.name(),
+            self.op.call.parallel
         )
     }
 }
 
 impl ExecutionPlan for MapExec {
-    unary_exec_boilerplate!("MapExec");
+    unary_exec_boilerplate!("MapExec", op);
 
     fn maintains_input_order(&self) -> Vec<bool> {
         vec![true]
@@ -101,13 +82,13 @@ impl ExecutionPlan for MapExec {
         partition: usize,
         ctx: Arc<TaskContext>,
     ) -> DfResult<SendableRecordBatchStream> {
-        let input = self.input.execute(partition, Arc::clone(&ctx))?;
-        let local = self.link.as_ref().and_then(|l| l.local(partition));
-        let call = Arc::clone(&self.call);
-        let udf = Arc::clone(&self.udf);
+        let input = self.op.input.execute(partition, Arc::clone(&ctx))?;
+        let local = self.op.local(partition);
+        let call = Arc::clone(&self.op.call);
+        let udf = Arc::clone(&self.op.udf);
         let source = call.file_source(&ctx, local.clone());
-        let schema = Arc::clone(&self.schema);
-        let baseline = BaselineMetrics::new(&self.metrics, partition);
+        let schema = Arc::clone(&self.op.schema);
+        let baseline = BaselineMetrics::new(&self.op.metrics, partition);
         let rows_per_call = if call.file_cols.is_empty() && call.on_error == OnError::Fail {
             VALUE_ROWS_PER_CALL
         } else {
@@ -159,7 +140,7 @@ impl ExecutionPlan for MapExec {
                     }
                 }
             })
-            .buffered(self.call.parallel)
+            .buffered(self.op.call.parallel)
             .try_filter_map(|b| futures::future::ready(Ok(b)))
             .inspect_ok(move |b| baseline.record_output(b.num_rows()));
         Ok(Box::pin(RecordBatchStreamAdapter::new(out_schema, stream)))
