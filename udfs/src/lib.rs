@@ -14,6 +14,23 @@
 //! by installing a [`FileSource`] around each call.
 //!
 //! This crate depends on Arrow and serde, never on the engine.
+//!
+//! ```
+//! use udfchain_udfs::File;
+//!
+//! let shard = File {
+//!     source: "s3://bucket/shards".into(),
+//!     path: "s-0001.tar".into(),
+//!     size: 10_240,
+//!     ..File::default()
+//! };
+//! assert_eq!(shard.url(), "s3://bucket/shards/s-0001.tar");
+//! // A tar member is a virtual file: a byte range of its parent object.
+//! let member = File::member_of(&shard, "0001.jpg", 512, 2_000);
+//! assert_eq!(member.url(), "s3://bucket/shards/s-0001.tar#0001.jpg");
+//! assert_eq!(member.member().map(|m| m.offset), Some(512));
+//! assert_eq!(member.parent(), shard);
+//! ```
 
 pub mod builtins;
 mod codec;
