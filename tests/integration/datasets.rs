@@ -227,3 +227,59 @@ async fn concurrent_saves_of_one_name_get_distinct_versions() {
     sorted.sort();
     assert_eq!(sorted, vec![10, 11, 12, 13]);
 }
+
+/// Run by `two_processes_saving_one_name` in child processes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "helper: runs only as a child process"]
+async fn concurrent_save_worker() {
+    let Ok(root) = std::env::var("UDFCHAIN_TEST_SAVE2_ROOT") else {
+        return;
+    };
+    let go = std::path::PathBuf::from(&root).join("go");
+    while !go.exists() {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let session = Session::with_settings(Settings::new().root(&root));
+    let info = Chain::from_values_in(session, &items(7))
+        .save("both")
+        .await
+        .expect("save");
+    println!("saved version {}", info.version);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_saving_one_name_get_distinct_versions() {
+    let root = tempfile::tempdir().expect("root");
+    let children: Vec<_> = (0..2)
+        .map(|_| {
+            std::process::Command::new(std::env::current_exe().expect("exe"))
+                .args([
+                    "--exact",
+                    "datasets::concurrent_save_worker",
+                    "--ignored",
+                    "--nocapture",
+                ])
+                .env("UDFCHAIN_TEST_SAVE2_ROOT", root.path())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("spawn")
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    std::fs::write(root.path().join("go"), b"").expect("go");
+    for c in children {
+        let out = c.wait_with_output().expect("wait");
+        assert!(out.status.success());
+        assert!(String::from_utf8_lossy(&out.stdout).contains("saved version"));
+    }
+    let mut versions: Vec<u32> = Catalog::open(root.path())
+        .expect("open")
+        .list()
+        .expect("list")
+        .iter()
+        .map(|i| i.version)
+        .collect();
+    versions.sort();
+    assert_eq!(versions, vec![1, 2]);
+}

@@ -219,3 +219,47 @@ async fn values_parquet_csv_json_round_trip() {
         }
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parquet_csv_json_from_the_s3_server() {
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    struct Item {
+        id: i64,
+        name: String,
+    }
+    let s3 = S3Server::start();
+    let items: Vec<Item> = (0..4)
+        .map(|id| Item {
+            id,
+            name: format!("n{id}"),
+        })
+        .collect();
+    let local = s3.bucket_dir().join("tables");
+    std::fs::create_dir_all(&local).expect("mkdir");
+    Chain::from_values(&items)
+        .to_parquet(&local.join("items.parquet").display().to_string())
+        .await
+        .expect("write parquet");
+    std::fs::write(local.join("items.csv"), "id,name\n0,n0\n1,n1\n").expect("csv");
+    std::fs::write(local.join("items.json"), "{\"id\":0,\"name\":\"n0\"}\n").expect("json");
+    let session = s3.session();
+    let back: Vec<Item> = Chain::from_parquet("s3://bucket/tables/items.parquet")
+        .in_session(Arc::clone(&session))
+        .order_by([col("id").sort(true, false)])
+        .to_rows()
+        .await
+        .expect("parquet from s3");
+    assert_eq!(back, items);
+    let n = Chain::from_csv("s3://bucket/tables/items.csv")
+        .in_session(Arc::clone(&session))
+        .count()
+        .await
+        .expect("csv from s3");
+    assert_eq!(n, 2);
+    let n = Chain::from_json("s3://bucket/tables/items.json")
+        .in_session(session)
+        .count()
+        .await
+        .expect("json from s3");
+    assert_eq!(n, 1);
+}
