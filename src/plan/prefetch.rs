@@ -17,8 +17,13 @@
 //! - a download that fails after retries fails the query naming the file
 //!   (`on_error = fail`), drops the row and records the file (`skip`), or passes
 //!   the row on uncached so the UDF's own read fails into a null (`null`).
-//! - `prefetch = auto` grows the window while the UDF waits for data and shrinks
-//!   it while downloaded rows sit unused, within 1..=max_connections.
+//! - `prefetch = auto` sizes the window by Little's law, within 1..=max_connections:
+//!   twice the rows the UDF took during the last round trip (the shortest recent
+//!   download time), shrinking by at most one per row taken. While downloads are
+//!   the bottleneck every row of a round trip is taken, so the window doubles per
+//!   round trip; when the UDF, the bandwidth or the server is the bottleneck, the
+//!   rows taken per round trip stop growing and the window settles at twice what
+//!   the UDF consumes.
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -205,7 +210,8 @@ impl ExecutionPlan for PrefetchExec {
             },
             window,
             auto: self.options.prefetch == Prefetch::Auto,
-            fetch_ewma: 0.0,
+            round_trip: RoundTrip::default(),
+            taken: VecDeque::new(),
             reservation: MemoryConsumer::new(format!("PrefetchExec[{partition}]"))
                 .register(ctx.memory_pool()),
             shared: Arc::new(Shared {
@@ -275,9 +281,10 @@ struct Fetched {
     row: DfResult<Option<RecordBatch>>,
     /// Bytes charged to the memory pool for it.
     bytes: usize,
-    /// How long the downloads took, and when they finished.
+    /// How long fetching the row took, and whether it downloaded from the store
+    /// (not only found local copies).
     took: Duration,
-    done_at: Instant,
+    downloaded: bool,
 }
 
 type Fetch = PoolTask<Fetched>;
@@ -317,8 +324,10 @@ struct PrefetchStream {
     queue: Queue,
     window: usize,
     auto: bool,
-    /// Moving average of a row's download time, in seconds (`auto` only).
-    fetch_ewma: f64,
+    /// The shortest recent download time (`auto` only).
+    round_trip: RoundTrip,
+    /// When the rows of the last round trip were taken (`auto` only).
+    taken: VecDeque<Instant>,
     reservation: MemoryReservation,
     shared: Arc<Shared>,
 }
@@ -346,14 +355,22 @@ impl PrefetchStream {
             let want_input =
                 !self.input_done && self.rows.is_empty() && self.queue.len() < self.window;
             let waited = Instant::now();
+            // Input first: a window with room and no rows to start must be
+            // refilled before the next finished row is handed out, or a burst
+            // of finished rows drains the window while input is ready.
             tokio::select! {
                 biased;
+                batch = self.input.next(), if want_input => match batch {
+                    Some(Ok(b)) => self.rows.extend(slices(&b, 1)),
+                    Some(Err(e)) => return Some(Err(e)),
+                    None => self.input_done = true,
+                },
                 done = self.queue.next(), if self.queue.len() > 0 => {
                     let wait = waited.elapsed();
                     self.shared.metrics.udf_wait.add_duration(wait);
                     if let Some(Ok(f)) = &done {
                         self.reservation.shrink(f.bytes);
-                        self.adapt(wait, f);
+                        self.adapt(f);
                     }
                     match done {
                         Some(Ok(Fetched { row: Ok(Some(row)), .. })) => return Some(Ok(row)),
@@ -363,46 +380,53 @@ impl PrefetchStream {
                         None => continue,
                     }
                 }
-                batch = self.input.next(), if want_input => match batch {
-                    Some(Ok(b)) => self.rows.extend(slices(&b, 1)),
-                    Some(Err(e)) => return Some(Err(e)),
-                    None => self.input_done = true,
-                },
             }
         }
     }
 
-    /// `prefetch = auto`: the UDF waited for data, so one more download in
-    /// flight; a row sat downloaded for longer than two downloads take, so the
-    /// UDF is the bottleneck and the window may shrink by one.
-    fn adapt(&mut self, wait: Duration, fetched: &Fetched) {
+    /// `prefetch = auto`: the window becomes twice the rows taken during the
+    /// last round trip (Little's law with a gain of 2, so it can grow), or
+    /// shrinks by one when that is less.
+    ///
+    /// A rule of "+1 whenever the UDF waited" grows by one per round trip, since
+    /// the rows of one round trip arrive together and only the first of them
+    /// finds the UDF waiting: 60 round trips to reach 64 in flight.
+    fn adapt(&mut self, fetched: &Fetched) {
         if !self.auto {
             return;
         }
-        let took = fetched.took.as_secs_f64();
-        self.fetch_ewma = if self.fetch_ewma == 0.0 {
-            took
-        } else {
-            0.8 * self.fetch_ewma + 0.2 * took
-        };
-        let idle = fetched.done_at.elapsed().as_secs_f64();
-        if wait > Duration::from_micros(500) {
-            self.window = (self.window + 1).min(self.shared.max_connections);
-        } else if self.window > 1 && idle > (2.0 * self.fetch_ewma).max(0.005) {
-            self.window -= 1;
+        if fetched.downloaded {
+            self.round_trip.observe(fetched.took);
         }
+        let Some(rtt) = self.round_trip.get() else {
+            return; // no download yet: keep the initial window
+        };
+        let now = Instant::now();
+        self.taken.push_back(now);
+        while self
+            .taken
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > rtt)
+        {
+            self.taken.pop_front();
+        }
+        // Rows of a round trip arrive together when downloads are the bottleneck:
+        // grow at once, shrink by one row at a time so a gap between two bursts
+        // does not empty the window.
+        let target = (2 * self.taken.len()).clamp(1, self.shared.max_connections);
+        self.window = target.max(self.window.saturating_sub(1)).max(1);
     }
 
     fn start(&mut self, row: RecordBatch, bytes: usize) {
         let shared = Arc::clone(&self.shared);
         let task = spawn_on(&tokio::runtime::Handle::current(), async move {
             let start = Instant::now();
-            let row = shared.fetch_row(row).await;
+            let (row, downloaded) = shared.fetch_row(row).await;
             Fetched {
                 row,
                 bytes,
                 took: start.elapsed(),
-                done_at: Instant::now(),
+                downloaded,
             }
         });
         self.queue.push(task);
@@ -411,10 +435,14 @@ impl PrefetchStream {
 
 impl Shared {
     /// Downloads the files of a one-row batch; `None` when the row is skipped.
-    async fn fetch_row(&self, row: RecordBatch) -> DfResult<Option<RecordBatch>> {
+    /// Also tells whether anything was downloaded from the store.
+    async fn fetch_row(&self, row: RecordBatch) -> (DfResult<Option<RecordBatch>>, bool) {
+        let mut downloaded = false;
         for &col in &self.file_cols {
-            let files: Vec<Option<File>> =
-                decode_column(row.column(col)).map_err(|e| Error::plan(e.to_string()).into_df())?;
+            let files: Vec<Option<File>> = match decode_column(row.column(col)) {
+                Ok(files) => files,
+                Err(e) => return (Err(Error::plan(e.to_string()).into_df()), downloaded),
+            };
             let Some(file) = files.into_iter().next().flatten() else {
                 continue;
             };
@@ -422,22 +450,26 @@ impl Shared {
             if fetched.is_ok() && file.member().is_some() {
                 self.pin(file.parent());
             }
-            if let Err(e) = fetched {
-                match self.on_error {
-                    OnError::Fail => return Err(e.into_df()),
-                    OnError::Skip => {
-                        self.metrics.skipped_files.add(1);
-                        self.skipped
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .push(file.url());
-                        return Ok(None);
-                    }
-                    OnError::Null => return Ok(Some(row)),
+            match fetched {
+                Ok(d) => downloaded |= d,
+                Err(e) => {
+                    let row = match self.on_error {
+                        OnError::Fail => Err(e.into_df()),
+                        OnError::Skip => {
+                            self.metrics.skipped_files.add(1);
+                            self.skipped
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .push(file.url());
+                            Ok(None)
+                        }
+                        OnError::Null => Ok(Some(row)),
+                    };
+                    return (row, downloaded);
                 }
             }
         }
-        Ok(Some(row))
+        (Ok(Some(row)), downloaded)
     }
 
     /// Holds `parent` one extra time, releasing the previously pinned parent.
@@ -457,9 +489,10 @@ impl Shared {
     }
 
     /// Makes a local copy of `file` (of its parent, for a virtual file) and
-    /// counts one more row using it. One download per object at a time: rows
-    /// sharing a parent wait for the first download instead of starting their own.
-    async fn fetch_file(&self, file: &File) -> Result<(), Error> {
+    /// counts one more row using it; true if it was downloaded (not already held).
+    /// One download per object at a time: rows sharing a parent wait for the
+    /// first download instead of starting their own.
+    async fn fetch_file(&self, file: &File) -> Result<bool, Error> {
         let file = &file.parent();
         let key = format!("{}\u{0}{}", file.source, file.path);
         let lock = Arc::clone(
@@ -480,11 +513,11 @@ impl Shared {
         result
     }
 
-    async fn fetch_locked(&self, file: &File) -> Result<(), Error> {
+    async fn fetch_locked(&self, file: &File) -> Result<bool, Error> {
         let in_shared = || self.shared.as_ref().is_some_and(|c| c.get(file).is_some());
         if self.temp.acquire(file) || in_shared() {
             self.metrics.cache_hits.add(1);
-            return Ok(());
+            return Ok(false);
         }
         match (&self.shared, self.into_cache) {
             (Some(cache), true) => {
@@ -494,14 +527,14 @@ impl Shared {
                 if !downloaded {
                     self.metrics.cache_hits.add(1);
                 }
-                Ok(())
+                Ok(downloaded)
             }
             _ => {
                 let dest = self.temp.new_path(file);
                 match self.download(file, &dest).await {
                     Ok(()) => {
                         self.temp.insert(file, dest);
-                        Ok(())
+                        Ok(true)
                     }
                     Err(e) => {
                         let _ = tokio::fs::remove_file(&dest).await;
@@ -532,6 +565,35 @@ impl Shared {
         self.metrics.bytes_fetched.add(d.bytes as usize);
         self.metrics.retries.add(d.retries as usize);
         Ok(())
+    }
+}
+
+/// The shortest download time of the last 64 to 128 downloads (a windowed
+/// minimum kept as the minima of the current and the previous 64).
+#[derive(Debug, Default)]
+struct RoundTrip {
+    current: Option<Duration>,
+    previous: Option<Duration>,
+    samples: usize,
+}
+
+impl RoundTrip {
+    const EPOCH: usize = 64;
+
+    fn observe(&mut self, took: Duration) {
+        self.current = Some(self.current.map_or(took, |c| c.min(took)));
+        self.samples += 1;
+        if self.samples == Self::EPOCH {
+            self.previous = self.current.take();
+            self.samples = 0;
+        }
+    }
+
+    fn get(&self) -> Option<Duration> {
+        match (self.current, self.previous) {
+            (Some(c), Some(p)) => Some(c.min(p)),
+            (c, p) => c.or(p),
+        }
     }
 }
 

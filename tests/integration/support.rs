@@ -1,12 +1,16 @@
-//! Test fixtures: a real S3 server (s3s + s3s-fs) on 127.0.0.1, a request-counting
-//! object store wrapper, and deterministic data.
+//! Test fixtures: a real S3 server (s3s + s3s-fs) on 127.0.0.1 (optionally with
+//! an added latency per request and a bandwidth cap, counting what it serves), a
+//! request-counting object store wrapper, and deterministic data. Also compiled
+//! into `benches/workloads.rs`.
 
 use std::fmt;
 use std::ops::Range;
 use std::path::{Path as FsPath, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -31,10 +35,26 @@ pub struct S3Server {
     pub endpoint: String,
     root: TempDir,
     runtime: Option<tokio::runtime::Runtime>,
+    stats: Arc<ServerStats>,
+}
+
+/// What an [`S3Server`] served, counted in its HTTP service.
+#[derive(Debug, Default)]
+pub struct ServerStats {
+    requests: AtomicUsize,
+    object_gets: AtomicUsize,
+    body_bytes: AtomicU64,
 }
 
 impl S3Server {
     pub fn start() -> Self {
+        Self::start_shaped(Duration::ZERO, None)
+    }
+
+    /// A server that waits `latency` before handling each request and, with
+    /// `bandwidth = Some(bytes_per_s)`, sends all response bodies together at
+    /// most that fast (one token bucket shared by every connection).
+    pub fn start_shaped(latency: Duration, bandwidth: Option<u64>) -> Self {
         let root = TempDir::new().expect("temp dir");
         std::fs::create_dir_all(root.path().join(BUCKET)).expect("bucket dir");
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -44,10 +64,17 @@ impl S3Server {
             .build()
             .expect("server runtime");
         let fs = s3s_fs::FileSystem::new(root.path()).expect("s3s-fs");
-        let service = {
+        let s3 = {
             let mut b = s3s::service::S3ServiceBuilder::new(fs);
             b.set_auth(s3s::auth::SimpleAuth::from_single(ACCESS_KEY, SECRET_KEY));
             b.build()
+        };
+        let stats = Arc::new(ServerStats::default());
+        let service = Shaped {
+            inner: s3,
+            latency,
+            bucket: bandwidth.map(|b| Arc::new(TokenBucket::new(b))),
+            stats: Arc::clone(&stats),
         };
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1");
         listener.set_nonblocking(true).expect("nonblocking");
@@ -59,6 +86,7 @@ impl S3Server {
                 let Ok((socket, _)) = listener.accept().await else {
                     continue;
                 };
+                let _ = socket.set_nodelay(true);
                 let conn = http
                     .serve_connection(TokioIo::new(socket), service.clone())
                     .into_owned();
@@ -71,7 +99,28 @@ impl S3Server {
             endpoint: format!("http://{addr}"),
             root,
             runtime: Some(runtime),
+            stats,
         }
+    }
+
+    /// HTTP requests received (any kind).
+    pub fn requests(&self) -> usize {
+        self.stats.requests.load(Ordering::SeqCst)
+    }
+
+    /// GETs of objects (not listings) received.
+    pub fn object_gets(&self) -> usize {
+        self.stats.object_gets.load(Ordering::SeqCst)
+    }
+
+    /// Response body bytes sent.
+    pub fn body_bytes(&self) -> u64 {
+        self.stats.body_bytes.load(Ordering::SeqCst)
+    }
+
+    /// The root dir: the bucket dir and s3s-fs's metadata files.
+    pub fn root_dir(&self) -> &FsPath {
+        self.root.path()
     }
 
     /// The directory whose files are the bucket's objects.
@@ -101,6 +150,139 @@ impl Drop for S3Server {
         if let Some(rt) = self.runtime.take() {
             rt.shutdown_background();
         }
+    }
+}
+
+/// The s3s service with an added latency per request and a shared bandwidth cap
+/// on response bodies, counting what it serves.
+#[derive(Clone)]
+struct Shaped {
+    inner: s3s::service::S3Service,
+    latency: Duration,
+    bucket: Option<Arc<TokenBucket>>,
+    stats: Arc<ServerStats>,
+}
+
+type ShapedFuture = Pin<
+    Box<dyn Future<Output = Result<http::Response<ShapedBody>, s3s::HttpError>> + Send + 'static>,
+>;
+
+impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Shaped {
+    type Response = http::Response<ShapedBody>;
+    type Error = s3s::HttpError;
+    type Future = ShapedFuture;
+
+    fn call(&self, req: http::Request<hyper::body::Incoming>) -> Self::Future {
+        self.stats.requests.fetch_add(1, Ordering::SeqCst);
+        // Path-style: `/bucket/key` is an object, `/bucket?list-type=2` a listing.
+        let is_object = req.uri().path().trim_matches('/').contains('/');
+        if req.method() == http::Method::GET && is_object {
+            self.stats.object_gets.fetch_add(1, Ordering::SeqCst);
+        }
+        let this = self.clone();
+        Box::pin(async move {
+            if !this.latency.is_zero() {
+                tokio::time::sleep(this.latency).await;
+            }
+            let resp = hyper::service::Service::call(&this.inner, req).await?;
+            Ok(resp.map(|body| ShapedBody {
+                inner: Box::pin(body),
+                bucket: this.bucket.clone(),
+                stats: Arc::clone(&this.stats),
+                held: None,
+            }))
+        })
+    }
+}
+
+/// One token bucket (in virtual time) shared by all connections: a frame of
+/// `n` bytes may leave once the bytes before it have drained at `rate`.
+struct TokenBucket {
+    bytes_per_s: f64,
+    /// When the bytes reserved so far have drained.
+    next: Mutex<Instant>,
+}
+
+impl TokenBucket {
+    /// Idle time that may be made up by a burst.
+    const BURST: Duration = Duration::from_millis(5);
+
+    fn new(bytes_per_s: u64) -> Self {
+        Self {
+            bytes_per_s: bytes_per_s.max(1) as f64,
+            next: Mutex::new(Instant::now()),
+        }
+    }
+
+    /// Reserves `n` bytes; returns how long to wait before sending them.
+    fn take(&self, n: usize) -> Duration {
+        let now = Instant::now();
+        let mut next = self.next.lock().unwrap_or_else(|p| p.into_inner());
+        let floor = now.checked_sub(Self::BURST).unwrap_or(now);
+        let start = (*next).max(floor);
+        *next = start + Duration::from_secs_f64(n as f64 / self.bytes_per_s);
+        next.saturating_duration_since(now)
+    }
+}
+
+/// A response body whose data frames pass through the [`TokenBucket`].
+pub struct ShapedBody {
+    inner: Pin<Box<s3s::Body>>,
+    bucket: Option<Arc<TokenBucket>>,
+    stats: Arc<ServerStats>,
+    /// A frame waiting for its turn.
+    held: Option<(http_body::Frame<Bytes>, Pin<Box<tokio::time::Sleep>>)>,
+}
+
+impl http_body::Body for ShapedBody {
+    type Data = Bytes;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        let this = self.get_mut();
+        loop {
+            if let Some((_, sleep)) = &mut this.held {
+                std::task::ready!(sleep.as_mut().poll(cx));
+                if let Some((frame, _)) = this.held.take() {
+                    return Poll::Ready(Some(Ok(frame)));
+                }
+            }
+            let frame = std::task::ready!(this.inner.as_mut().poll_frame(cx));
+            let Some(Ok(frame)) = frame else {
+                return Poll::Ready(frame);
+            };
+            let n = frame.data_ref().map_or(0, |d| d.len());
+            this.stats.body_bytes.fetch_add(n as u64, Ordering::SeqCst);
+            let wait = match &this.bucket {
+                Some(bucket) if n > 0 => bucket.take(n),
+                _ => Duration::ZERO,
+            };
+            if wait.is_zero() {
+                return Poll::Ready(Some(Ok(frame)));
+            }
+            this.held = Some((frame, Box::pin(tokio::time::sleep(wait))));
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.held.is_none() && self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        let mut hint = self.inner.size_hint();
+        let held = self
+            .held
+            .as_ref()
+            .and_then(|(f, _)| f.data_ref())
+            .map_or(0, |d| d.len() as u64);
+        if let Some(upper) = hint.upper() {
+            hint.set_upper(upper + held);
+        }
+        hint.set_lower(hint.lower() + held);
+        hint
     }
 }
 
