@@ -101,7 +101,7 @@ impl ExecutionPlan for AggregateExec {
         let local = self.op.local(partition);
         let call = Arc::clone(&self.op.call);
         let udf = Arc::clone(&self.op.udf);
-        let source = call.file_source(&ctx, local.clone());
+        let source = call.file_source(&ctx, local.clone())?;
         let schema = Arc::clone(&self.op.schema);
         let key_idx: Vec<usize> = self.keys.iter().map(|(i, _)| *i).collect();
         let baseline = BaselineMetrics::new(&self.op.metrics, partition);

@@ -80,7 +80,7 @@ impl ExecutionPlan for BatchMapExec {
         let local = self.op.local(partition);
         let call = Arc::clone(&self.op.call);
         let udf = Arc::clone(&self.op.udf);
-        let source = call.file_source(&ctx, local.clone());
+        let source = call.file_source(&ctx, local.clone())?;
         let schema = Arc::clone(&self.op.schema);
         let baseline = BaselineMetrics::new(&self.op.metrics, partition);
         let mut seen = 0u64;

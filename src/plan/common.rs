@@ -21,6 +21,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
 
 use super::prefetch::PrefetchLink;
+use crate::cache::SharedCache;
 use crate::chain::OnError;
 use crate::error::Error;
 use crate::session::spawn_udf;
@@ -42,6 +43,8 @@ pub struct UdfCall {
     pub batch_size: usize,
     pub on_error: OnError,
     pub storage_options: BTreeMap<String, String>,
+    /// The shared cache dir, its size limit, and whether reads fill it (`cache = true`).
+    cache: Option<(std::path::PathBuf, Option<u64>, bool)>,
     slots: Arc<Semaphore>,
     skipped: std::sync::Mutex<Vec<String>>,
 }
@@ -75,9 +78,17 @@ impl UdfCall {
             batch_size: batch_size.max(1),
             on_error,
             storage_options,
+            cache: None,
             slots: Arc::new(Semaphore::new(parallel.max(1))),
             skipped: std::sync::Mutex::new(Vec::new()),
         }
+    }
+
+    /// Reads of files no prefetch fetched are served from the shared cache at
+    /// `dir` when it holds them, and with `fill` (`cache = true`) go through it.
+    pub fn with_cache(mut self, dir: std::path::PathBuf, limit: Option<u64>, fill: bool) -> Self {
+        self.cache = Some((dir, limit, fill));
+        self
     }
 
     /// The columns the UDF reads, named as its params.
@@ -98,17 +109,31 @@ impl UdfCall {
         )?)
     }
 
-    /// The source `File` reads of this UDF go through (must be called on the I/O runtime).
+    /// The source `File` reads of this UDF go through (must be called on the I/O
+    /// runtime): the prefetch's `local` copies, else the shared cache.
     pub fn file_source(
         &self,
         ctx: &TaskContext,
         local: Option<Arc<dyn LocalCopies>>,
-    ) -> Arc<dyn FileSource> {
-        Arc::new(StoreSource::new(
-            ctx.runtime_env(),
-            self.storage_options.clone(),
-            local,
-        ))
+    ) -> DfResult<Arc<dyn FileSource>> {
+        let env = ctx.runtime_env();
+        let options = self.storage_options.clone();
+        if local.is_some() {
+            return Ok(Arc::new(StoreSource::new(env, options, local)));
+        }
+        let Some((dir, limit, fill)) = &self.cache else {
+            return Ok(Arc::new(StoreSource::new(env, options, None)));
+        };
+        if !fill && !dir.is_dir() {
+            return Ok(Arc::new(StoreSource::new(env, options, None)));
+        }
+        let shared = SharedCache::open(dir, *limit).map_err(Error::into_df)?;
+        let source = StoreSource::new(env, options, Some(Arc::clone(&shared) as _));
+        Ok(Arc::new(if *fill {
+            source.with_read_through(shared)
+        } else {
+            source
+        }))
     }
 
     /// Runs `fut` on the UDF pool once a slot is free, with `source` serving file reads.

@@ -84,7 +84,7 @@ impl ExecutionPlan for GenerateExec {
         let local = self.op.local(partition);
         let state = GenState {
             input,
-            source: self.op.call.file_source(&ctx, local.clone()),
+            source: self.op.call.file_source(&ctx, local.clone())?,
             local,
             call: Arc::clone(&self.op.call),
             udf: Arc::clone(&self.op.udf),

@@ -86,7 +86,7 @@ impl ExecutionPlan for MapExec {
         let local = self.op.local(partition);
         let call = Arc::clone(&self.op.call);
         let udf = Arc::clone(&self.op.udf);
-        let source = call.file_source(&ctx, local.clone());
+        let source = call.file_source(&ctx, local.clone())?;
         let schema = Arc::clone(&self.op.schema);
         let baseline = BaselineMetrics::new(&self.op.metrics, partition);
         let rows_per_call = if call.file_cols.is_empty() && call.on_error == OnError::Fail {

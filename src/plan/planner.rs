@@ -88,17 +88,20 @@ impl ExtensionPlanner for UdfPlanner {
             .collect();
         file_cols.extend(others);
         let s = &node.settings;
-        let call = Arc::new(UdfCall::new(
-            sig.name.clone(),
-            node.kind.kind_name(),
-            params,
-            file_cols,
-            file_params.clone(),
-            s.get_parallel(),
-            s.get_batch_size(),
-            s.get_on_error(),
-            s.get_storage_options().clone(),
-        ));
+        let call = Arc::new(
+            UdfCall::new(
+                sig.name.clone(),
+                node.kind.kind_name(),
+                params,
+                file_cols,
+                file_params.clone(),
+                s.get_parallel(),
+                s.get_batch_size(),
+                s.get_on_error(),
+                s.get_storage_options().clone(),
+            )
+            .with_cache(s.cache_dir(), s.get_cache_limit(), s.get_cache()),
+        );
         let schema = Arc::new(node.schema().as_arrow().clone());
         let mut keys = Vec::new();
         if let UdfKind::Agg { partition_by, .. } = &node.kind {

@@ -3,6 +3,10 @@
 //!
 //! Guarantees: every network read runs on the I/O runtime captured at creation
 //! (never on the UDF pool), and is aborted when the reading future is dropped.
+//! With a read-through cache (`cache = true` and no prefetch in front of the
+//! UDF), a whole-file read goes through the shared cache: the first read of an
+//! object downloads it into the cache, later reads (in this run or the next)
+//! find it there and make no request.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
@@ -16,7 +20,8 @@ use datafusion::object_store::{ObjectStore, ObjectStoreExt, path::Path};
 use tokio::runtime::Handle;
 use udfchain_udfs::{File, FileSource, UdfError};
 
-use super::{Location, open_store};
+use super::{Location, download_to, open_store};
+use crate::cache::SharedCache;
 use crate::session::spawn_on;
 
 /// Where local copies of files may be found (prefetch temp dirs, the shared cache).
@@ -38,6 +43,8 @@ pub struct StoreSource {
     /// Resolved stores by `File::source`.
     stores: Mutex<HashMap<String, Resolved>>,
     local: Option<Arc<dyn LocalCopies>>,
+    /// Whole-file reads of files held nowhere locally are downloaded into it.
+    read_through: Option<Arc<SharedCache>>,
 }
 
 impl StoreSource {
@@ -53,7 +60,14 @@ impl StoreSource {
             options,
             stores: Mutex::new(HashMap::new()),
             local,
+            read_through: None,
         }
+    }
+
+    /// Whole-file reads of files no local copy holds download into `cache` first.
+    pub fn with_read_through(mut self, cache: Arc<SharedCache>) -> Self {
+        self.read_through = Some(cache);
+        self
     }
 
     /// The store and object path of `file`.
@@ -87,6 +101,25 @@ impl FileSource for StoreSource {
                 .map_err(|e| read_error(file, e));
         }
         let (store, path) = self.resolve(file)?;
+        if let Some(cache) = &self.read_through {
+            let (cache, target, url) = (Arc::clone(cache), file.clone(), file.url());
+            let task = spawn_on(&self.io, async move {
+                let fetch = |tmp: PathBuf| async move {
+                    download_to(&store, &path, target.size, &tmp, &url)
+                        .await
+                        .map(|_| ())
+                };
+                let (entry, _) = cache.get_or_fetch(&target, fetch).await?;
+                tokio::fs::read(&entry)
+                    .await
+                    .map_err(|e| crate::Error::io(entry.display(), e))
+            });
+            return task
+                .await
+                .map_err(|e| read_error(file, std::io::Error::other(e)))?
+                .map(Bytes::from)
+                .map_err(|e| read_error(file, e));
+        }
         let task = spawn_on(&self.io, async move {
             match store.get(&path).await {
                 Ok(r) => r.bytes().await,

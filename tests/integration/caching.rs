@@ -92,6 +92,38 @@ fn udfchain_tmp_is_empty(root: &std::path::Path) -> bool {
     crate::support::prefetch_dirs(root).is_empty()
 }
 
+/// Without a prefetch in front of the UDF, `cache = true` still caches: the
+/// UDF's own reads go through the shared cache, and a rerun makes no GET.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cache_true_without_prefetch_reads_through_the_cache() {
+    let root = tempfile::tempdir().expect("root");
+    let (session, store) = counted("cached_p0", 10, 2000).await;
+    let settings = Settings::new().cache(true).prefetch(0).root(root.path());
+
+    let (first, _) = sums(&session, "memory://cached_p0/", settings.clone()).await;
+    assert_eq!(first.len(), 10);
+    assert_eq!(store.gets(), 10);
+    let cache = SharedCache::open(root.path().join("cache"), None).expect("open");
+    assert_eq!(
+        cache.du().expect("du").files,
+        10,
+        "every read filled the cache"
+    );
+
+    let (second, _) = sums(&session, "memory://cached_p0/", settings).await;
+    assert_eq!(second, first);
+    assert_eq!(store.gets(), 10, "a rerun reads the cache, not the store");
+
+    let uncached = Settings::new().cache(false).prefetch(0).root(root.path());
+    let (third, _) = sums(&session, "memory://cached_p0/", uncached).await;
+    assert_eq!(third, first);
+    assert_eq!(
+        store.gets(),
+        10,
+        "cache = false still reads what the cache holds"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_larger_than_the_limit_leaves_the_cache_within_it() {
     let root = tempfile::tempdir().expect("root");
