@@ -1,8 +1,10 @@
 //! `TempCache`: the per-UDF, per-partition temporary dir that prefetched files
-//! live in when `cache = false`.
+//! live in when `cache = false`, and the small files it holds in memory instead.
 //!
-//! Guarantees: a file is deleted as soon as the last row using it is released,
-//! so disk use stays within the prefetch window plus the files being processed;
+//! Guarantees: a file is deleted (or its bytes dropped) as soon as the last row
+//! using it is released, so disk and memory use stay within the prefetch window
+//! plus the files being processed; a file held in memory is written to the dir
+//! only when a UDF asks for its path;
 //! the whole dir is removed when the cache is dropped (the UDF's stream ended,
 //! failed, was dropped or unwound from a panic); a dir whose owner process is
 //! gone (killed with SIGKILL) is swept by the next `TempCache::create` under the
@@ -32,8 +34,15 @@ pub struct TempCache {
 
 #[derive(Debug)]
 struct Entry {
-    path: PathBuf,
+    held: Held,
     refs: usize,
+}
+
+/// Where a prefetched file is held.
+#[derive(Debug, Clone)]
+enum Held {
+    Disk(PathBuf),
+    Memory(bytes::Bytes),
 }
 
 impl TempCache {
@@ -90,17 +99,28 @@ impl TempCache {
 
     /// Registers a complete download of `file` at `path` for one more row.
     pub fn insert(&self, file: &File, path: PathBuf) {
+        self.hold(file, Held::Disk(path));
+    }
+
+    /// Registers the complete bytes of `file`, held in memory, for one more row.
+    pub fn insert_bytes(&self, file: &File, bytes: bytes::Bytes) {
+        self.hold(file, Held::Memory(bytes));
+    }
+
+    fn hold(&self, file: &File, held: Held) {
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         match entries.get_mut(&key(file)) {
             Some(e) => {
                 // Already held (the same file in two rows of the window): keep one copy.
                 e.refs += 1;
-                if e.path != path {
-                    let _ = std::fs::remove_file(&path);
+                if let (Held::Disk(new), Held::Disk(old)) = (&held, &e.held)
+                    && new != old
+                {
+                    let _ = std::fs::remove_file(new);
                 }
             }
             None => {
-                entries.insert(key(file), Entry { path, refs: 1 });
+                entries.insert(key(file), Entry { held, refs: 1 });
             }
         }
     }
@@ -128,14 +148,36 @@ impl TempCache {
 }
 
 impl LocalCopies for TempCache {
+    /// A file held in memory is written out first (once; the entry then points
+    /// at the file), since the caller wants a path.
     fn local_path(&self, file: &File) -> Option<PathBuf> {
-        let held = self
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(entry) = entries.get_mut(&key(file)) else {
+            drop(entries);
+            return self.fallback.as_ref()?.local_path(file);
+        };
+        match &entry.held {
+            Held::Disk(p) => Some(p.clone()),
+            Held::Memory(bytes) => {
+                let path = self.new_path(file);
+                std::fs::write(&path, bytes).ok()?;
+                entry.held = Held::Disk(path.clone());
+                Some(path)
+            }
+        }
+    }
+
+    fn local_bytes(&self, file: &File) -> Option<bytes::Bytes> {
+        match &self
             .entries
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .get(&key(file))
-            .map(|e| e.path.clone());
-        held.or_else(|| self.fallback.as_ref()?.local_path(file))
+            .get(&key(file))?
+            .held
+        {
+            Held::Memory(b) => Some(b.clone()),
+            Held::Disk(_) => None,
+        }
     }
 
     fn release(&self, file: &File) {
@@ -144,9 +186,12 @@ impl LocalCopies for TempCache {
         if let Some(e) = entries.get_mut(&k) {
             e.refs -= 1;
             if e.refs == 0
-                && let Some(e) = entries.remove(&k)
+                && let Some(Entry {
+                    held: Held::Disk(path),
+                    ..
+                }) = entries.remove(&k)
             {
-                let _ = std::fs::remove_file(&e.path);
+                let _ = std::fs::remove_file(&path);
             }
         }
     }

@@ -5,6 +5,9 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+/// `Settings::memory_file_limit` default: files up to 1 MiB are prefetched into memory.
+pub const DEFAULT_MEMORY_FILE_LIMIT: u64 = 1 << 20;
+
 /// How many downloads run ahead of a UDF, per partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Prefetch {
@@ -41,6 +44,7 @@ pub struct Settings {
     on_error: Option<OnError>,
     root: Option<PathBuf>,
     memory_limit: Option<usize>,
+    memory_file_limit: Option<u64>,
     storage_options: BTreeMap<String, String>,
 }
 
@@ -104,6 +108,19 @@ impl Settings {
         self
     }
 
+    /// The largest file a prefetch keeps in memory instead of its temp dir
+    /// (default 1 MiB; 0 = every file on disk). Held bytes are charged to the
+    /// memory pool either way; a UDF asking for `File::local_path` of a file held
+    /// in memory gets it written out first. `cache = true` always writes the cache.
+    pub fn memory_file_limit(mut self, bytes: u64) -> Self {
+        self.memory_file_limit = Some(bytes);
+        self
+    }
+
+    pub fn get_memory_file_limit(&self) -> u64 {
+        self.memory_file_limit.unwrap_or(DEFAULT_MEMORY_FILE_LIMIT)
+    }
+
     /// What a UDF error does (default [`OnError::Fail`]).
     pub fn on_error(mut self, policy: OnError) -> Self {
         self.on_error = Some(policy);
@@ -147,6 +164,7 @@ impl Settings {
         "on_error",
         "root",
         "memory_limit",
+        "memory_file_limit",
     ];
 
     /// Sets a setting by name from text, as `SET name = value` in scripts and
@@ -177,6 +195,7 @@ impl Settings {
             "ordered" => self.ordered(boolean()?),
             "max_connections" => self.max_connections(int()?),
             "memory_limit" => self.memory_limit(int()?),
+            "memory_file_limit" => self.memory_file_limit(int()? as u64),
             "root" => self.root(value),
             "on_error" => self.on_error(match value.to_ascii_lowercase().as_str() {
                 "fail" => OnError::Fail,
@@ -211,7 +230,8 @@ impl Settings {
             max_connections,
             on_error,
             root,
-            memory_limit
+            memory_limit,
+            memory_file_limit
         );
         self.storage_options.extend(
             other

@@ -77,9 +77,22 @@ impl Catalog {
         let conn = Connection::open(&db).map_err(sql_err)?;
         conn.busy_timeout(Duration::from_secs(30))
             .map_err(sql_err)?;
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(sql_err)?;
-        Ok(conn)
+        // Switching to WAL takes an exclusive lock and can report SQLITE_BUSY
+        // without waiting on the busy handler while another process opens the
+        // same new catalog; retry for as long as the busy timeout.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            match conn.pragma_update(None, "journal_mode", "WAL") {
+                Ok(()) => return Ok(conn),
+                Err(rusqlite::Error::SqliteFailure(e, _))
+                    if e.code == rusqlite::ErrorCode::DatabaseBusy
+                        && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(e) => return Err(sql_err(e)),
+            }
+        }
     }
 
     fn datasets_root(&self) -> PathBuf {

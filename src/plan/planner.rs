@@ -127,6 +127,7 @@ impl ExtensionPlanner for UdfPlanner {
                 root: s.get_root(),
                 cache: s.get_cache(),
                 cache_limit: s.get_cache_limit(),
+                memory_file_limit: s.get_memory_file_limit(),
                 storage_options: s.get_storage_options().clone(),
             };
             let exec: Arc<dyn ExecutionPlan> = Arc::new(PrefetchExec::new(

@@ -53,7 +53,7 @@ use crate::chain::{OnError, Prefetch};
 use crate::error::Error;
 use crate::session::{PoolTask, spawn_on};
 use crate::storage::source::LocalCopies;
-use crate::storage::{StoreSource, download_to};
+use crate::storage::{Downloaded, StoreSource, download_bytes, download_to};
 
 /// Lets the UDF operator above find, per partition, the local copies its
 /// `PrefetchExec` made (they are created when the partition starts).
@@ -91,6 +91,8 @@ pub struct PrefetchOptions {
     /// Download into the shared cache (`cache = true`) instead of a temp dir.
     pub cache: bool,
     pub cache_limit: Option<u64>,
+    /// Files up to this size are held in memory (`cache = false` only).
+    pub memory_file_limit: u64,
     pub storage_options: std::collections::BTreeMap<String, String>,
 }
 
@@ -219,6 +221,7 @@ impl ExecutionPlan for PrefetchExec {
                 temp,
                 shared,
                 into_cache: self.options.cache,
+                memory_file_limit: self.options.memory_file_limit,
                 source: StoreSource::new(
                     ctx.runtime_env(),
                     self.options.storage_options.clone(),
@@ -260,6 +263,8 @@ struct Shared {
     shared: Option<Arc<SharedCache>>,
     /// `cache = true`: downloads go into `shared`.
     into_cache: bool,
+    /// Otherwise files up to this size are held in memory, larger ones on disk.
+    memory_file_limit: u64,
     source: StoreSource,
     connections: Arc<Semaphore>,
     max_connections: usize,
@@ -529,6 +534,11 @@ impl Shared {
                 }
                 Ok(downloaded)
             }
+            _ if file.size <= self.memory_file_limit => {
+                let bytes = self.download_bytes(file).await?;
+                self.temp.insert_bytes(file, bytes);
+                Ok(true)
+            }
             _ => {
                 let dest = self.temp.new_path(file);
                 match self.download(file, &dest).await {
@@ -547,6 +557,27 @@ impl Shared {
 
     /// Downloads `file` to `dest` within the connection cap, counting it.
     async fn download(&self, file: &File, dest: &std::path::Path) -> Result<(), Error> {
+        self.counted(file, |store, path, url| async move {
+            let d = download_to(&store, &path, file.size, dest, &url).await?;
+            Ok(((), d))
+        })
+        .await
+    }
+
+    /// Downloads `file` into memory within the connection cap, counting it.
+    async fn download_bytes(&self, file: &File) -> Result<bytes::Bytes, Error> {
+        self.counted(file, |store, path, url| async move {
+            download_bytes(&store, &path, file.size, &url).await
+        })
+        .await
+    }
+
+    /// Runs one download of `file` within the connection cap and counts it.
+    async fn counted<T, F, Fut>(&self, file: &File, run: F) -> Result<T, Error>
+    where
+        F: FnOnce(Arc<dyn object_store::ObjectStore>, object_store::path::Path, String) -> Fut,
+        Fut: Future<Output = Result<(T, Downloaded), Error>>,
+    {
         let (store, path) = self.source.resolve(file).map_err(|e| Error::Storage {
             url: file.url(),
             source: Arc::new(e),
@@ -558,13 +589,13 @@ impl Shared {
             .map_err(|e| Error::plan(e.to_string()))?;
         let now = self.active.fetch_add(1, Ordering::SeqCst) + 1;
         self.metrics.peak_in_flight.set_max(now);
-        let result = download_to(&store, &path, file.size, dest, &file.url()).await;
+        let result = run(store, path, file.url()).await;
         self.active.fetch_sub(1, Ordering::SeqCst);
-        let d = result?;
+        let (value, d) = result?;
         self.metrics.files_fetched.add(1);
         self.metrics.bytes_fetched.add(d.bytes as usize);
         self.metrics.retries.add(d.retries as usize);
-        Ok(())
+        Ok(value)
     }
 }
 

@@ -12,7 +12,7 @@ mod download;
 mod listing;
 pub mod source;
 
-pub use download::{Downloaded, download_to, is_transient};
+pub use download::{Downloaded, download_bytes, download_to, is_transient};
 pub use listing::{ListingExec, StorageTable};
 pub use source::StoreSource;
 

@@ -28,6 +28,10 @@ use crate::session::spawn_on;
 pub trait LocalCopies: Send + Sync + std::fmt::Debug {
     /// The path of a complete local copy of `file`, if held.
     fn local_path(&self, file: &File) -> Option<PathBuf>;
+    /// The bytes of `file`, if held in memory.
+    fn local_bytes(&self, _file: &File) -> Option<Bytes> {
+        None
+    }
     /// One row using `file` is done (a temporary copy may now be deleted).
     fn release(&self, _file: &File) {}
 }
@@ -94,6 +98,9 @@ impl FileSource for StoreSource {
         if file.member().is_some() {
             return self.read_range(file, 0..file.size).await;
         }
+        if let Some(b) = self.local_bytes(file) {
+            return Ok(b);
+        }
         if let Some(p) = self.local_path(file) {
             return tokio::fs::read(&p)
                 .await
@@ -141,7 +148,11 @@ impl FileSource for StoreSource {
             Some(m) => (file.parent(), m.offset + range.start..m.offset + end),
             None => (file.clone(), range.start..end),
         };
-        if let Some(p) = self.local.as_ref().and_then(|l| l.local_path(&target)) {
+        let local = self.local.as_ref();
+        if let Some(b) = local.and_then(|l| l.local_bytes(&target)) {
+            return Ok(b.slice(range.start as usize..range.end as usize));
+        }
+        if let Some(p) = local.and_then(|l| l.local_path(&target)) {
             return read_local_range(&p, range)
                 .await
                 .map_err(|e| read_error(file, e));
@@ -159,6 +170,18 @@ impl FileSource for StoreSource {
             return None;
         }
         self.local.as_ref()?.local_path(file)
+    }
+
+    fn local_bytes(&self, file: &File) -> Option<Bytes> {
+        match file.member() {
+            Some(m) => {
+                let parent = self.local.as_ref()?.local_bytes(&file.parent())?;
+                let start = m.offset as usize;
+                let end = start.checked_add(file.size as usize)?;
+                (end <= parent.len()).then(|| parent.slice(start..end))
+            }
+            None => self.local.as_ref()?.local_bytes(file),
+        }
     }
 }
 

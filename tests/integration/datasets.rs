@@ -261,7 +261,7 @@ async fn two_processes_saving_one_name_get_distinct_versions() {
                 ])
                 .env("UDFCHAIN_TEST_SAVE2_ROOT", root.path())
                 .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
                 .spawn()
                 .expect("spawn")
         })
@@ -270,7 +270,12 @@ async fn two_processes_saving_one_name_get_distinct_versions() {
     std::fs::write(root.path().join("go"), b"").expect("go");
     for c in children {
         let out = c.wait_with_output().expect("wait");
-        assert!(out.status.success());
+        assert!(
+            out.status.success(),
+            "worker failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
         assert!(String::from_utf8_lossy(&out.stdout).contains("saved version"));
     }
     let mut versions: Vec<u32> = Catalog::open(root.path())

@@ -202,7 +202,13 @@ async fn killed_child_worker() {
     let data = std::env::var("UDFCHAIN_TEST_CHILD_DATA").expect("data dir");
     let _ = Session::new()
         .from_storage(&data)
-        .settings(Settings::new().prefetch(2).parallel(1).root(&root))
+        .settings(
+            Settings::new()
+                .prefetch(2)
+                .parallel(1)
+                .memory_file_limit(0)
+                .root(&root),
+        )
         .map("x", |f: File| async move {
             tokio::time::sleep(Duration::from_secs(600)).await;
             Ok::<_, std::io::Error>(f.size)
@@ -270,6 +276,7 @@ async fn temp_disk_use_stays_within_the_window() {
                 Settings::new()
                     .prefetch(PREFETCH)
                     .parallel(1)
+                    .memory_file_limit(0)
                     .root(root.path()),
             ),
         Duration::from_millis(10),
@@ -661,4 +668,121 @@ async fn gen_batch_map_and_agg_are_prefetched_too() {
     ] {
         assert!(text.contains(metric), "{metric} missing in {text}");
     }
+}
+
+/// Sizes of the prefetched files under `tmp` (the owner file left out).
+fn temp_file_sizes(tmp: &std::path::Path) -> Vec<u64> {
+    let mut sizes = Vec::new();
+    for dir in std::fs::read_dir(tmp).into_iter().flatten().flatten() {
+        for f in std::fs::read_dir(dir.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            if f.file_name() != "owner.pid" {
+                sizes.extend(f.metadata().map(|m| m.len()));
+            }
+        }
+    }
+    sizes
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_files_are_prefetched_into_memory_and_large_ones_to_disk() {
+    const SMALL: usize = 4096;
+    const LARGE: usize = 200 * 1024;
+    let root = tempfile::tempdir().expect("root");
+    let data = tempfile::tempdir().expect("data");
+    let rels = write_files(data.path(), 12, |i| if i % 2 == 0 { SMALL } else { LARGE });
+    let expected: std::collections::BTreeMap<String, Vec<u8>> = rels
+        .iter()
+        .map(|r| (r.clone(), std::fs::read(data.path().join(r)).expect("read")))
+        .collect();
+    let settings = Settings::new()
+        .prefetch(4)
+        .parallel(1)
+        .memory_file_limit(64 * 1024)
+        .root(root.path());
+
+    // Whole reads, range reads and seeks of every file match the original.
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (flag, tmp) = (Arc::clone(&done), root.path().join("tmp"));
+    let sampler = tokio::spawn(async move {
+        let mut seen = std::collections::BTreeSet::new();
+        while !flag.load(std::sync::atomic::Ordering::SeqCst) {
+            seen.extend(temp_file_sizes(&tmp));
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        seen
+    });
+    #[derive(serde::Serialize, serde::Deserialize)]
+    struct Parts {
+        whole: Vec<u8>,
+        range: Vec<u8>,
+        sought: Vec<u8>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Named {
+        path: String,
+    }
+    #[derive(serde::Deserialize)]
+    struct Row {
+        file: Named,
+        parts: Parts,
+    }
+    let rows: Vec<Row> = Session::new()
+        .from_storage(&data.path().display().to_string())
+        .settings(settings.clone())
+        .map("parts", |f: File| async move {
+            let whole = f.read().await?.to_vec();
+            let range = f.read_range(100..300).await?.to_vec();
+            let mut reader = f.open().await?;
+            reader.seek(std::io::SeekFrom::Start(1000)).await?;
+            let mut sought = vec![0u8; 50];
+            reader.read_exact(&mut sought).await?;
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(Parts {
+                whole,
+                range,
+                sought,
+            })
+        })
+        .to_rows()
+        .await
+        .expect("run");
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let seen = sampler.await.expect("sampler");
+    assert_eq!(rows.len(), 12);
+    for Row { file, parts } in &rows {
+        let want = &expected[&file.path];
+        assert_eq!(&parts.whole, want, "{}", file.path);
+        assert_eq!(parts.range, want[100..300], "{}", file.path);
+        assert_eq!(parts.sought, want[1000..1050], "{}", file.path);
+    }
+    assert!(
+        !seen.contains(&(SMALL as u64)),
+        "a small file was written to the temp dir: sizes seen {seen:?}"
+    );
+    assert!(
+        seen.contains(&(LARGE as u64)),
+        "large files go to the temp dir: sizes seen {seen:?}"
+    );
+
+    // A UDF that wants a path gets one, also for a file held in memory.
+    let sums: Vec<(String, Vec<u8>)> = Session::new()
+        .from_storage(&data.path().display().to_string())
+        .settings(settings)
+        .map("bytes", |f: File| async move {
+            let path = f.local_path().ok_or("no local path")?;
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(std::fs::read(path)?)
+        })
+        .select([col("file.path").alias("path"), col("bytes")])
+        .to_rows()
+        .await
+        .expect("run");
+    assert_eq!(sums.len(), 12);
+    for (path, bytes) in &sums {
+        assert_eq!(bytes, &expected[path], "{path}");
+    }
+    assert!(prefetch_dirs(root.path()).is_empty(), "temp dirs removed");
 }

@@ -165,6 +165,9 @@ impl File {
     /// of a large object transfers only about the header.
     pub async fn open(&self) -> Result<FileReader, UdfError> {
         let source = current_source()?;
+        if let Some(bytes) = source.local_bytes(self) {
+            return Ok(FileReader::Memory(std::io::Cursor::new(bytes)));
+        }
         if let Some(path) = source.local_path(self) {
             let f = tokio::fs::File::open(&path)
                 .await
@@ -209,6 +212,10 @@ pub trait FileSource: Send + Sync + Debug {
     fn local_path(&self, _file: &File) -> Option<PathBuf> {
         None
     }
+    /// The bytes of a complete copy held in memory, if one exists now.
+    fn local_bytes(&self, _file: &File) -> Option<Bytes> {
+        None
+    }
 }
 
 tokio::task_local! {
@@ -232,6 +239,7 @@ const MAX_CHUNK: u64 = 8 * 1024 * 1024;
 /// A seekable async reader over a [`File`] (see [`File::open`]).
 pub enum FileReader {
     Local(tokio::fs::File),
+    Memory(std::io::Cursor<Bytes>),
     Remote(RemoteReader),
 }
 
@@ -251,6 +259,7 @@ impl Debug for FileReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Local(_) => f.write_str("FileReader::Local"),
+            Self::Memory(_) => f.write_str("FileReader::Memory"),
             Self::Remote(r) => write!(f, "FileReader::Remote({})", r.file.url()),
         }
     }
@@ -264,6 +273,7 @@ impl AsyncRead for FileReader {
     ) -> Poll<std::io::Result<()>> {
         match self.get_mut() {
             Self::Local(f) => Pin::new(f).poll_read(cx, out),
+            Self::Memory(c) => Pin::new(c).poll_read(cx, out),
             Self::Remote(r) => r.poll_read(cx, out),
         }
     }
@@ -273,6 +283,7 @@ impl AsyncSeek for FileReader {
     fn start_seek(self: Pin<&mut Self>, position: SeekFrom) -> std::io::Result<()> {
         match self.get_mut() {
             Self::Local(f) => Pin::new(f).start_seek(position),
+            Self::Memory(c) => Pin::new(c).start_seek(position),
             Self::Remote(r) => r.start_seek(position),
         }
     }
@@ -280,6 +291,7 @@ impl AsyncSeek for FileReader {
     fn poll_complete(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<u64>> {
         match self.get_mut() {
             Self::Local(f) => Pin::new(f).poll_complete(cx),
+            Self::Memory(c) => Pin::new(c).poll_complete(cx),
             Self::Remote(r) => Poll::Ready(Ok(r.pos)),
         }
     }
