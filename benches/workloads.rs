@@ -37,10 +37,11 @@ use udfchain::{Chain, File, Session, Settings};
 
 use support::{BUCKET, S3Server};
 
-/// `Settings::max_connections` default: the cap on downloads in flight, and
-/// so the ceiling of `prefetch = auto`. Fixed settings above it raise the cap
-/// so `prefetch = 128` means 128 downloads in flight.
-const MAX_CONNECTIONS: usize = 64;
+/// The cap on downloads in flight the runs set (`Settings::max_connections`,
+/// default 64): the largest fixed prefetch of the full grid, so `prefetch =
+/// auto` has as much room as the best fixed setting; a fixed setting above it
+/// raises it so `prefetch = n` means n downloads in flight per partition.
+const MAX_CONNECTIONS: usize = 128;
 /// The early-exit workload's limit.
 const LIMIT: usize = 10;
 
@@ -144,10 +145,11 @@ impl Spec {
     }
 
     /// The physical bound in files/s: min(in-flight / round trip, bandwidth /
-    /// size, CPU slots / CPU per file, cores / (CPU per file + the server's CPU
-    /// per GET)). The round trip is the measured unloaded one (the added latency
-    /// plus what the server takes to answer), and the server runs on the same
-    /// cores, so the CPU it spends per GET is CPU no client can have. With
+    /// size, CPU slots / CPU per file, cores / (CPU per file + CPU per GET)).
+    /// The round trip is the measured unloaded one (the added latency plus what
+    /// the server takes to answer). The server runs on the same cores, so a GET
+    /// costs CPU on both ends: the CPU per GET is measured once per workload as
+    /// the process CPU of a plain `buffer_unordered(16)` loop of GETs. With
     /// `reads_in_call` (prefetch 0, the serial loop) each of the `parallel` calls
     /// reads and then works, one after the other.
     #[allow(clippy::too_many_arguments)]
@@ -159,7 +161,7 @@ impl Spec {
         parallel: usize,
         reads_in_call: bool,
         rtt: f64,
-        server_cpu_per_get: f64,
+        get_cpu: f64,
     ) -> f64 {
         let latency = rtt;
         let transfer = self
@@ -181,8 +183,8 @@ impl Spec {
         if cpu > 0.0 {
             bound = bound.min(parallel.min(cores) as f64 / cpu);
         }
-        if cpu + server_cpu_per_get > 0.0 {
-            bound = bound.min(cores as f64 / (cpu + server_cpu_per_get));
+        if cpu + get_cpu > 0.0 {
+            bound = bound.min(cores as f64 / (cpu + get_cpu));
         }
         bound
     }
@@ -437,6 +439,8 @@ struct Env {
     partitions: usize,
     /// Median unloaded round trip of a HEAD request, seconds.
     rtt: f64,
+    /// CPU seconds (client and server) per GET of a plain object_store loop.
+    get_cpu: f64,
 }
 
 impl Env {
@@ -490,6 +494,39 @@ impl Env {
         }
         times.sort_by(f64::total_cmp);
         times[times.len() / 2]
+    }
+
+    /// Process CPU seconds per GET (both ends: the server shares the cores) of
+    /// a plain `buffer_unordered(16)` loop over up to 256 objects and 64 MiB.
+    async fn cpu_per_get(&self) -> f64 {
+        if self.spec.name == "E" {
+            return 0.0; // no bound for the early exit
+        }
+        let n = (64usize << 20)
+            .div_ceil(self.spec.size)
+            .clamp(4, 256)
+            .min(self.spec.files);
+        let paths: Vec<Path> = self.list().await.into_iter().take(n).collect();
+        let store = Arc::clone(&self.store);
+        let before = cpu_snapshot();
+        futures::stream::iter(paths)
+            .map(|p| {
+                let store = Arc::clone(&store);
+                async move { store.get(&p).await?.bytes().await }
+            })
+            .buffer_unordered(16)
+            .for_each(|b| async move {
+                b.expect("get");
+            })
+            .await;
+        // Summed per thread (ns) rather than the process's 10 ms ticks.
+        let after = cpu_snapshot();
+        let used: u64 = after
+            .threads
+            .iter()
+            .map(|(tid, (_, ns))| ns.saturating_sub(before.threads.get(tid).map_or(0, |t| t.1)))
+            .sum();
+        used as f64 / 1e9 / n as f64
     }
 
     fn chain(&self, pf: Pf, parallel: usize, root: &FsPath, cache: bool) -> Chain {
@@ -583,7 +620,10 @@ impl Env {
     }
 
     /// List, then `n` GETs in flight (`buffer_unordered`), the work `parallel` at once.
-    async fn run_buffered(&self, n: usize, parallel: usize) -> Outcome {
+    async fn run_buffered(&self, n: usize, parallel: usize, inline: bool) -> Outcome {
+        if inline {
+            return self.run_buffered_inline(parallel).await;
+        }
         let t0 = Instant::now();
         let mut o = Outcome::default();
         let (work, cal) = (self.spec.work, self.cal);
@@ -610,6 +650,34 @@ impl Env {
         o
     }
 
+    /// The hand-written form of prefetch 0: `parallel` tasks, each GETs a file
+    /// and then works on it.
+    async fn run_buffered_inline(&self, parallel: usize) -> Outcome {
+        let t0 = Instant::now();
+        let mut o = Outcome::default();
+        let (work, cal) = (self.spec.work, self.cal);
+        let store = Arc::clone(&self.store);
+        let mut results = futures::stream::iter(self.list().await)
+            .map(|p| {
+                let store = Arc::clone(&store);
+                async move {
+                    let bytes = store.get(&p).await?.bytes().await?;
+                    let v = tokio::task::spawn_blocking(move || do_work(work, &bytes, &cal))
+                        .await
+                        .expect("work");
+                    Ok::<u64, object_store::Error>(v)
+                }
+            })
+            .buffer_unordered(parallel);
+        while let Some(v) = results.next().await {
+            o.sum += v.expect("get");
+            o.rows += 1;
+            o.first_row.get_or_insert(t0.elapsed().as_secs_f64());
+        }
+        o.seconds = t0.elapsed().as_secs_f64();
+        o
+    }
+
     fn record(
         &self,
         engine: &str,
@@ -620,8 +688,7 @@ impl Env {
         m: &Measured,
     ) -> Record {
         let spec = &self.spec;
-        let reads_in_call = engine == "serial" || (engine == "udfchain" && pf == Pf::Fixed(0));
-        let server_cpu_per_get = m.cpu.server / m.gets.max(1) as f64;
+        let reads_in_call = engine == "serial" || pf == Pf::Fixed(0);
         let bound = (spec.name != "E").then(|| {
             spec.bound(
                 &self.cal,
@@ -630,7 +697,7 @@ impl Env {
                 parallel,
                 reads_in_call,
                 self.rtt,
-                server_cpu_per_get,
+                self.get_cpu,
             )
         });
         let files_per_s = o.rows as f64 / o.seconds;
@@ -838,6 +905,7 @@ impl Bench {
             cores: self.cores,
             partitions: 1,
             rtt: 0.0,
+            get_cpu: 0.0,
         }
     }
 
@@ -861,7 +929,8 @@ impl Bench {
     /// A, B, C: udfchain across the grid, then the serial loop and
     /// `buffer_unordered` at every fixed setting's concurrency.
     async fn throughput(&mut self, env: &Env, root: &FsPath) {
-        let mut matched: BTreeMap<(usize, usize), Vec<usize>> = BTreeMap::new();
+        // (in flight, parallel, reads in the call) -> udfchain records to compare.
+        let mut matched: BTreeMap<(usize, usize, bool), Vec<usize>> = BTreeMap::new();
         for pf in self.prefetches() {
             for parallel in self.parallels() {
                 let in_flight = pf.in_flight(parallel, env.partitions);
@@ -872,7 +941,7 @@ impl Bench {
                 let r = env.record("udfchain", pf, parallel, in_flight, &o, &m);
                 if pf != Pf::Auto && (in_flight, parallel) != (1, 1) {
                     matched
-                        .entry((in_flight, parallel))
+                        .entry((in_flight, parallel, pf == Pf::Fixed(0)))
                         .or_default()
                         .push(self.records.len());
                 }
@@ -892,11 +961,15 @@ impl Bench {
         }) {
             r.ratio_to_buffer_unordered = Some(r.files_per_s / serial_fps);
         }
-        for ((n, parallel), indices) in matched {
-            let (o, m) = env.measure(None, || env.run_buffered(n, parallel)).await;
+        for ((n, parallel, inline), indices) in matched {
+            let (o, m) = env
+                .measure(None, || env.run_buffered(n, parallel, inline))
+                .await;
             let pf = self.records[indices[0]].prefetch.clone();
-            // Its bound: `n` downloads in flight overlapping the work.
-            let mut r = env.record("buffer_unordered", Pf::Fixed(0), parallel, n, &o, &m);
+            // Its bound: `n` downloads in flight overlapping the work, or with
+            // `inline` each task reading, then working (as prefetch 0 does).
+            let as_pf = Pf::Fixed(if inline { 0 } else { n });
+            let mut r = env.record("buffer_unordered", as_pf, parallel, n, &o, &m);
             r.prefetch = pf;
             let fps = r.files_per_s;
             self.push(r);
@@ -1085,27 +1158,28 @@ fn summary(records: &[Record], cores: usize) -> String {
             verdict(x >= 0.9)
         );
     }
-    // D: warm >= 10x faster than cold with 0 GETs. The most a warm pass can
-    // gain at a setting is its bound over the cold pass's bound: a cold pass
-    // that already keeps the UDF busy (prefetch > 0) cannot be beaten 10x.
+    // D: warm >= 10x faster than cold with 0 GETs. A warm pass is at best at
+    // its CPU bound, so a cold pass that already keeps the UDF busy (prefetch
+    // > 0) cannot be beaten 10x; the line says how much could be.
     let d = of("D");
     for r in d.iter().filter(|r| r.pass.as_deref() == Some("warm")) {
         let c = r.cold_warm_ratio.unwrap_or(0.0);
-        let cold_bound = d
+        let cold_fps = d
             .iter()
             .find(|x| {
                 x.pass.as_deref() == Some("cold")
                     && x.prefetch == r.prefetch
                     && x.parallel == r.parallel
             })
-            .and_then(|x| x.bound_files_per_s);
+            .map(|x| x.files_per_s);
+        // A warm pass at its CPU bound over this cold pass: the most it can gain.
         let possible = r
             .bound_files_per_s
-            .zip(cold_bound)
+            .zip(cold_fps)
             .map_or(f64::NAN, |(w, c)| w / c);
         let _ = writeln!(
             out,
-            "D  prefetch={:<4} parallel={}: cold/warm {c:.1}x (at most {possible:.1}x by the bounds), warm GETs {}, warm at {:.2} of its CPU bound -> {}",
+            "D  prefetch={:<4} parallel={}: cold/warm {c:.1}x (at most {possible:.1}x at the warm CPU bound), warm GETs {}, warm at {:.2} of its CPU bound -> {}",
             prefetch_label(&r.prefetch),
             r.parallel,
             r.gets,
@@ -1480,12 +1554,14 @@ fn main() {
             let root = tempfile::TempDir::new().expect("root dir");
             Bench::detect_partitions(&mut env, root.path()).await;
             env.rtt = env.round_trip().await;
+            env.get_cpu = env.cpu_per_get().await;
             eprintln!(
-                "{} ({} files x {} KiB; round trip {:.1} ms; setup {:.1}s)",
+                "{} ({} files x {} KiB; round trip {:.1} ms; {:.2} ms CPU per GET; setup {:.1}s)",
                 spec.title,
                 spec.files,
                 spec.size >> 10,
                 env.rtt * 1e3,
+                env.get_cpu * 1e3,
                 setup.elapsed().as_secs_f64()
             );
             let runs = Instant::now();
