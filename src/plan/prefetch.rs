@@ -18,7 +18,7 @@
 //!   (`on_error = fail`), drops the row and records the file (`skip`), or passes
 //!   the row on uncached so the UDF's own read fails into a null (`null`).
 //! - `prefetch = auto` sizes the window by Little's law, within 1..=max_connections:
-//!   twice the rows the UDF takes per round trip (the shortest recent download
+//!   four times the rows the UDF takes per round trip (the shortest recent download
 //!   time; the larger of the last round trip's count and the mean of the last
 //!   four), shrinking by at most one per row taken. While downloads are
 //!   the bottleneck every row of a round trip is taken, so the window doubles per
@@ -390,8 +390,8 @@ impl PrefetchStream {
         }
     }
 
-    /// `prefetch = auto`: the window becomes twice the rows taken per round trip
-    /// (Little's law with a gain of 2, so it can grow), or shrinks by one when
+    /// `prefetch = auto`: the window becomes `GAIN` times the rows taken per
+    /// round trip (Little's law with room to grow), or shrinks by one when
     /// that is less. Rows per round trip is the larger of the count in the last
     /// round trip (so a burst grows the window at once) and the mean over the
     /// last `HORIZON` round trips (so the gap between two bursts, when loaded
@@ -413,6 +413,7 @@ impl PrefetchStream {
             return; // no download yet: keep the initial window
         };
         const HORIZON: u32 = 4;
+        const GAIN: usize = 4;
         let now = Instant::now();
         self.taken.push_back(now);
         while self
@@ -425,7 +426,7 @@ impl PrefetchStream {
         let last = self.taken.len() - self.taken.partition_point(|t| now.duration_since(*t) > rtt);
         let mean = self.taken.len().div_ceil(HORIZON as usize);
         // Grow at once, shrink by one row at a time.
-        let target = (2 * last.max(mean)).clamp(1, self.shared.max_connections);
+        let target = (GAIN * last.max(mean)).clamp(1, self.shared.max_connections);
         self.window = target.max(self.window.saturating_sub(1)).max(1);
     }
 
