@@ -5,6 +5,7 @@
 //! cargo bench --bench workloads              # full run (~15 minutes)
 //! cargo bench --bench workloads -- --quick   # scaled down (~1-2 minutes of runs)
 //! cargo bench --bench workloads -- --only A,E
+//! cargo bench --bench workloads -- --only A --prefetch 128,auto
 //! ```
 //!
 //! Each workload runs across prefetch x parallel, next to a serial object_store
@@ -875,6 +876,8 @@ async fn drain(t0: Instant, results: impl futures::Stream<Item = u64>) -> Outcom
 
 struct Bench {
     quick: bool,
+    /// `--prefetch 8,auto`: only these settings.
+    only_prefetch: Option<Vec<String>>,
     cores: usize,
     cal: Calibration,
     records: Vec<Record>,
@@ -889,6 +892,9 @@ impl Bench {
         };
         let mut v: Vec<Pf> = fixed.iter().map(|&n| Pf::Fixed(n)).collect();
         v.push(Pf::Auto);
+        if let Some(only) = &self.only_prefetch {
+            v.retain(|p| only.contains(&p.label()));
+        }
         v
     }
 
@@ -1528,11 +1534,15 @@ fn target_dir() -> PathBuf {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "--quick");
-    let only: Option<Vec<String>> = args
-        .iter()
-        .position(|a| a == "--only")
-        .and_then(|i| args.get(i + 1))
-        .map(|s| s.split(',').map(|w| w.trim().to_uppercase()).collect());
+    let list = |flag: &str| -> Option<Vec<String>> {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+            .map(|s| s.split(',').map(|w| w.trim().to_string()).collect())
+    };
+    let only: Option<Vec<String>> =
+        list("--only").map(|v| v.iter().map(|w| w.to_uppercase()).collect());
+    let only_prefetch = list("--prefetch");
     let cores = udfchain::session::cores();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(cores)
@@ -1549,6 +1559,7 @@ fn main() {
     );
     let mut bench = Bench {
         quick,
+        only_prefetch,
         cores,
         cal,
         records: Vec::new(),
