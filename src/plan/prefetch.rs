@@ -18,13 +18,13 @@
 //!   (`on_error = fail`), drops the row and records the file (`skip`), or passes
 //!   the row on uncached so the UDF's own read fails into a null (`null`).
 //! - `prefetch = auto` sizes the window by Little's law, within 1..=max_connections:
-//!   four times the rows the UDF takes per round trip (the shortest recent download
-//!   time; the larger of the last round trip's count and the mean of the last
-//!   four), shrinking by at most one per row taken. While downloads are
-//!   the bottleneck every row of a round trip is taken, so the window doubles per
-//!   round trip; when the UDF, the bandwidth or the server is the bottleneck, the
-//!   rows taken per round trip stop growing and the window settles at twice what
-//!   the UDF consumes.
+//!   eight times the rows the UDF takes per round trip (the shortest recent time
+//!   to first byte; the larger of the last round trip's count and the mean of
+//!   the last four), shrinking by at most one per row taken. While downloads are
+//!   the bottleneck every row of a round trip is taken, so the window grows
+//!   eightfold per round trip up to the cap; when the UDF, the bandwidth or the
+//!   server is the bottleneck, the rows taken per round trip stop growing and the
+//!   window settles at eight times what the UDF consumes per round trip.
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -213,7 +213,6 @@ impl ExecutionPlan for PrefetchExec {
             },
             window,
             auto: self.options.prefetch == Prefetch::Auto,
-            round_trip: RoundTrip::default(),
             taken: VecDeque::new(),
             reservation: MemoryConsumer::new(format!("PrefetchExec[{partition}]"))
                 .register(ctx.memory_pool()),
@@ -236,6 +235,7 @@ impl ExecutionPlan for PrefetchExec {
                 pinned: Mutex::default(),
                 skipped: Arc::clone(&self.skipped),
                 metrics,
+                round_trip: Mutex::default(),
             }),
         };
         let schema = self.input.schema();
@@ -279,6 +279,8 @@ struct Shared {
     fetching: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     skipped: Arc<Mutex<Vec<String>>>,
     metrics: PrefetchMetrics,
+    /// The shortest recent time to first byte of a download (for `auto`).
+    round_trip: Mutex<RoundTrip>,
 }
 
 /// A finished fetch of one row.
@@ -287,10 +289,6 @@ struct Fetched {
     row: DfResult<Option<RecordBatch>>,
     /// Bytes charged to the memory pool for it.
     bytes: usize,
-    /// How long fetching the row took, and whether it downloaded from the store
-    /// (not only found local copies).
-    took: Duration,
-    downloaded: bool,
 }
 
 type Fetch = PoolTask<Fetched>;
@@ -330,8 +328,6 @@ struct PrefetchStream {
     queue: Queue,
     window: usize,
     auto: bool,
-    /// The shortest recent download time (`auto` only).
-    round_trip: RoundTrip,
     /// When the rows of the last `HORIZON` round trips were taken (`auto` only).
     taken: VecDeque<Instant>,
     reservation: MemoryReservation,
@@ -376,7 +372,7 @@ impl PrefetchStream {
                     self.shared.metrics.udf_wait.add_duration(wait);
                     if let Some(Ok(f)) = &done {
                         self.reservation.shrink(f.bytes);
-                        self.adapt(f);
+                        self.adapt();
                     }
                     match done {
                         Some(Ok(Fetched { row: Ok(Some(row)), .. })) => return Some(Ok(row)),
@@ -402,18 +398,21 @@ impl PrefetchStream {
     /// A rule of "+1 whenever the UDF waited" grows by one per round trip, since
     /// the rows of one round trip arrive together and only the first of them
     /// finds the UDF waiting: 60 round trips to reach 64 in flight.
-    fn adapt(&mut self, fetched: &Fetched) {
+    fn adapt(&mut self) {
         if !self.auto {
             return;
         }
-        if fetched.downloaded {
-            self.round_trip.observe(fetched.took);
-        }
-        let Some(rtt) = self.round_trip.get() else {
+        let estimate = self
+            .shared
+            .round_trip
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get();
+        let Some(rtt) = estimate else {
             return; // no download yet: keep the initial window
         };
         const HORIZON: u32 = 4;
-        const GAIN: usize = 4;
+        const GAIN: usize = 8;
         let now = Instant::now();
         self.taken.push_back(now);
         while self
@@ -433,14 +432,8 @@ impl PrefetchStream {
     fn start(&mut self, row: RecordBatch, bytes: usize) {
         let shared = Arc::clone(&self.shared);
         let task = spawn_on(&tokio::runtime::Handle::current(), async move {
-            let start = Instant::now();
-            let (row, downloaded) = shared.fetch_row(row).await;
-            Fetched {
-                row,
-                bytes,
-                took: start.elapsed(),
-                downloaded,
-            }
+            let row = shared.fetch_row(row).await;
+            Fetched { row, bytes }
         });
         self.queue.push(task);
     }
@@ -448,13 +441,11 @@ impl PrefetchStream {
 
 impl Shared {
     /// Downloads the files of a one-row batch; `None` when the row is skipped.
-    /// Also tells whether anything was downloaded from the store.
-    async fn fetch_row(&self, row: RecordBatch) -> (DfResult<Option<RecordBatch>>, bool) {
-        let mut downloaded = false;
+    async fn fetch_row(&self, row: RecordBatch) -> DfResult<Option<RecordBatch>> {
         for &col in &self.file_cols {
             let files: Vec<Option<File>> = match decode_column(row.column(col)) {
                 Ok(files) => files,
-                Err(e) => return (Err(Error::plan(e.to_string()).into_df()), downloaded),
+                Err(e) => return Err(Error::plan(e.to_string()).into_df()),
             };
             let Some(file) = files.into_iter().next().flatten() else {
                 continue;
@@ -464,9 +455,9 @@ impl Shared {
                 self.pin(file.parent());
             }
             match fetched {
-                Ok(d) => downloaded |= d,
+                Ok(_) => {}
                 Err(e) => {
-                    let row = match self.on_error {
+                    return match self.on_error {
                         OnError::Fail => Err(e.into_df()),
                         OnError::Skip => {
                             self.metrics.skipped_files.add(1);
@@ -478,11 +469,10 @@ impl Shared {
                         }
                         OnError::Null => Ok(Some(row)),
                     };
-                    return (row, downloaded);
                 }
             }
         }
-        (Ok(Some(row)), downloaded)
+        Ok(Some(row))
     }
 
     /// Holds `parent` one extra time, releasing the previously pinned parent.
@@ -600,6 +590,10 @@ impl Shared {
         let result = run(store, path, file.url()).await;
         self.active.fetch_sub(1, Ordering::SeqCst);
         let (value, d) = result?;
+        self.round_trip
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .observe(d.first_byte);
         self.metrics.files_fetched.add(1);
         self.metrics.bytes_fetched.add(d.bytes as usize);
         self.metrics.retries.add(d.retries as usize);
@@ -607,8 +601,11 @@ impl Shared {
     }
 }
 
-/// The shortest download time of the last 64 to 128 downloads (a windowed
-/// minimum kept as the minima of the current and the previous 64).
+/// The shortest time to first byte of the last 64 to 128 downloads (a windowed
+/// minimum kept as the minima of the current and the previous 64). Time to
+/// first byte, not the whole download: when bandwidth is the limit a download
+/// takes longer the more run at once, and a window sized by it would feed on
+/// itself.
 #[derive(Debug, Default)]
 struct RoundTrip {
     current: Option<Duration>,

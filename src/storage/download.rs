@@ -25,6 +25,8 @@ const WRITE_BATCH: usize = 1 << 20;
 pub struct Downloaded {
     pub bytes: u64,
     pub retries: u32,
+    /// From sending the first request to its response headers.
+    pub first_byte: Duration,
 }
 
 /// True for errors worth retrying (server errors, timeouts, resets); false for
@@ -75,6 +77,7 @@ async fn download(
 ) -> Result<Downloaded> {
     let mut written = 0u64;
     let mut retries = 0u32;
+    let mut first_byte = None;
     let storage_err = |e: object_store::Error| Error::Storage {
         url: url.to_string(),
         source: Arc::new(e),
@@ -84,8 +87,10 @@ async fn download(
             range: (written > 0).then_some(GetRange::Offset(written)),
             ..Default::default()
         };
+        let sent = std::time::Instant::now();
         let failure = match store.get_opts(path, opts).await {
             Ok(result) => {
+                first_byte.get_or_insert(sent.elapsed());
                 let mut body = result.into_stream();
                 let mut failure = None;
                 while let Some(chunk) = body.next().await {
@@ -125,6 +130,7 @@ async fn download(
     Ok(Downloaded {
         bytes: written,
         retries,
+        first_byte: first_byte.unwrap_or_default(),
     })
 }
 
