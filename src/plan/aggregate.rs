@@ -19,13 +19,14 @@ use datafusion::error::Result as DfResult;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::{LexRequirement, OrderingRequirements, PhysicalSortRequirement};
-use datafusion::physical_plan::metrics::BaselineMetrics;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, Distribution, ExecutionPlan};
 use futures::stream::{BoxStream, StreamExt, TryStreamExt};
 use udfchain_udfs::Aggregator;
 
-use super::common::{UdfCall, UdfOperator, append_column, repeat_row, unary_exec_boilerplate};
+use super::common::{
+    Partition, UdfCall, UdfOperator, append_column, repeat_row, unary_exec_boilerplate,
+};
 use super::prefetch::PrefetchLink;
 use crate::chain::OnError;
 
@@ -97,14 +98,8 @@ impl ExecutionPlan for AggregateExec {
         partition: usize,
         ctx: Arc<TaskContext>,
     ) -> DfResult<SendableRecordBatchStream> {
-        let input = self.op.input.execute(partition, Arc::clone(&ctx))?;
-        let local = self.op.local(partition);
-        let call = Arc::clone(&self.op.call);
-        let udf = Arc::clone(&self.op.udf);
-        let source = call.file_source(&ctx, local.clone())?;
-        let schema = Arc::clone(&self.op.schema);
+        let (input, part, baseline) = self.op.start(partition, &ctx)?;
         let key_idx: Vec<usize> = self.keys.iter().map(|(i, _)| *i).collect();
-        let baseline = BaselineMetrics::new(&self.op.metrics, partition);
         let mut seen = 0u64;
         let stream = groups(input, key_idx.clone())?
             .map_ok(move |g| {
@@ -112,17 +107,19 @@ impl ExecutionPlan for AggregateExec {
                 seen += g.num_rows() as u64;
                 (base, g)
             })
-            .map(move |part| {
-                let (call, udf, source, schema, key_idx, local) = (
-                    Arc::clone(&call),
-                    Arc::clone(&udf),
-                    Arc::clone(&source),
-                    Arc::clone(&schema),
-                    key_idx.clone(),
-                    local.clone(),
-                );
+            .map(move |group| {
+                let (
+                    Partition {
+                        call,
+                        udf,
+                        source,
+                        schema,
+                        local,
+                    },
+                    key_idx,
+                ) = (part.clone(), key_idx.clone());
                 async move {
-                    let (base, group) = part?;
+                    let (base, group) = group?;
                     let params = call.params_batch(&group)?;
                     let result = call
                         .run(source, async move { udf.aggregate(params).await })

@@ -12,15 +12,13 @@ use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::error::Result as DfResult;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::physical_plan::metrics::BaselineMetrics;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use futures::stream::{BoxStream, StreamExt, TryStreamExt};
 use udfchain_udfs::BatchMapper;
 
-use super::common::{UdfCall, UdfOperator, append_column, null_output, unary_exec_boilerplate};
+use super::common::{UdfCall, UdfOperator, append_column, unary_exec_boilerplate};
 use super::prefetch::PrefetchLink;
-use crate::chain::OnError;
 
 #[derive(Debug)]
 pub struct BatchMapExec {
@@ -76,51 +74,26 @@ impl ExecutionPlan for BatchMapExec {
         partition: usize,
         ctx: Arc<TaskContext>,
     ) -> DfResult<SendableRecordBatchStream> {
-        let input = self.op.input.execute(partition, Arc::clone(&ctx))?;
-        let local = self.op.local(partition);
-        let call = Arc::clone(&self.op.call);
-        let udf = Arc::clone(&self.op.udf);
-        let source = call.file_source(&ctx, local.clone())?;
-        let schema = Arc::clone(&self.op.schema);
-        let baseline = BaselineMetrics::new(&self.op.metrics, partition);
+        let (input, part, baseline) = self.op.start(partition, &ctx)?;
         let mut seen = 0u64;
-        let stream = rebatch(input, call.batch_size)
+        let stream = rebatch(input, part.call.batch_size)
             .map_ok(move |b| {
                 let base = seen;
                 seen += b.num_rows() as u64;
                 (base, b)
             })
-            .map(move |part| {
-                let (call, udf, source, schema, local) = (
-                    Arc::clone(&call),
-                    Arc::clone(&udf),
-                    Arc::clone(&source),
-                    Arc::clone(&schema),
-                    local.clone(),
-                );
+            .map(move |batch| {
+                let part = part.clone();
                 async move {
-                    let (base, batch) = part?;
-                    let params = call.params_batch(&batch)?;
-                    let result = call
-                        .run(source, async move { udf.map_batch(params).await })
-                        .await;
-                    call.release(&local, &batch);
-                    match result {
-                        Ok(values) => append_column(&schema, &batch, values).map(Some),
-                        Err(f) => match call.on_error {
-                            OnError::Fail => Err(call.locate(f, &batch, base)),
-                            OnError::Skip => {
-                                call.record_skip(&batch, base);
-                                Ok(None)
-                            }
-                            OnError::Null => append_column(
-                                &schema,
-                                &batch,
-                                null_output(&schema, batch.num_rows()),
-                            )
-                            .map(Some),
-                        },
-                    }
+                    let (base, batch) = batch?;
+                    let values = part
+                        .call_column(&batch, base, |udf, params| async move {
+                            udf.map_batch(params).await
+                        })
+                        .await?;
+                    values
+                        .map(|v| append_column(&part.schema, &batch, v))
+                        .transpose()
                 }
             })
             .buffered(self.op.call.parallel)

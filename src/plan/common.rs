@@ -13,7 +13,8 @@ use datafusion::arrow::array::{Array, ArrayRef, RecordBatch, UInt32Array};
 use datafusion::arrow::compute::take;
 use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::error::{DataFusionError, Result as DfResult};
-use datafusion::execution::TaskContext;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_plan::metrics::BaselineMetrics;
 use tokio::sync::Semaphore;
 use udfchain_udfs::{CallError, File, FileSource, decode_column, with_file_source};
 
@@ -290,10 +291,83 @@ impl<U: ?Sized> UdfOperator<U> {
         )
     }
 
-    /// The local copies the prefetch operator of `partition` made (after the
-    /// input of that partition was executed).
-    pub fn local(&self, partition: usize) -> Option<Arc<dyn LocalCopies>> {
-        self.link.as_ref().and_then(|l| l.local(partition))
+    /// Executes the input of `partition` and gathers what its calls share. The
+    /// input goes first: executing it starts the `PrefetchExec` whose local
+    /// copies the calls read.
+    pub fn start(
+        &self,
+        partition: usize,
+        ctx: &Arc<TaskContext>,
+    ) -> DfResult<(SendableRecordBatchStream, Partition<U>, BaselineMetrics)> {
+        let input = self.input.execute(partition, Arc::clone(ctx))?;
+        let local = self.link.as_ref().and_then(|l| l.local(partition));
+        let part = Partition {
+            source: self.call.file_source(ctx, local.clone())?,
+            local,
+            call: Arc::clone(&self.call),
+            udf: Arc::clone(&self.udf),
+            schema: Arc::clone(&self.schema),
+        };
+        Ok((input, part, BaselineMetrics::new(&self.metrics, partition)))
+    }
+}
+
+/// What the calls of one partition of a UDF operator share; cheap to clone
+/// into each call's future.
+pub struct Partition<U: ?Sized> {
+    pub call: Arc<UdfCall>,
+    pub udf: Arc<U>,
+    /// Serves the UDF's `File` reads.
+    pub source: Arc<dyn FileSource>,
+    /// The operator's output schema.
+    pub schema: SchemaRef,
+    /// The copies the `PrefetchExec` below made, released row by row.
+    pub local: Option<Arc<dyn LocalCopies>>,
+}
+
+impl<U: ?Sized> Clone for Partition<U> {
+    fn clone(&self) -> Self {
+        Self {
+            call: Arc::clone(&self.call),
+            udf: Arc::clone(&self.udf),
+            source: Arc::clone(&self.source),
+            schema: Arc::clone(&self.schema),
+            local: self.local.clone(),
+        }
+    }
+}
+
+impl<U: ?Sized> Partition<U> {
+    /// Runs `udf_fn` on the params of `batch` (whose first row is row `base` of
+    /// the partition), releases the batch's prefetched files, and returns the
+    /// UDF's output column. A failure becomes what `on_error` says: an error
+    /// naming the UDF, file and row (`fail`), `None` with the rows recorded
+    /// (`skip`), or a column of nulls (`null`).
+    pub async fn call_column<F, Fut>(
+        &self,
+        batch: &RecordBatch,
+        base: u64,
+        udf_fn: F,
+    ) -> DfResult<Option<ArrayRef>>
+    where
+        F: FnOnce(Arc<U>, RecordBatch) -> Fut,
+        Fut: Future<Output = Result<ArrayRef, CallError>> + Send + 'static,
+    {
+        let params = self.call.params_batch(batch)?;
+        let fut = udf_fn(Arc::clone(&self.udf), params);
+        let result = self.call.run(Arc::clone(&self.source), fut).await;
+        self.call.release(&self.local, batch);
+        match result {
+            Ok(values) => Ok(Some(values)),
+            Err(f) => match self.call.on_error {
+                OnError::Fail => Err(self.call.locate(f, batch, base)),
+                OnError::Skip => {
+                    self.call.record_skip(batch, base);
+                    Ok(None)
+                }
+                OnError::Null => Ok(Some(null_output(&self.schema, batch.num_rows()))),
+            },
+        }
     }
 }
 

@@ -14,21 +14,19 @@ use datafusion::arrow::array::{ArrayRef, RecordBatch};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::error::Result as DfResult;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::physical_plan::metrics::BaselineMetrics;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use futures::StreamExt;
 use tokio::sync::mpsc;
-use udfchain_udfs::{CallError, FileSource, Generator};
+use udfchain_udfs::{CallError, Generator};
 
 use super::common::{
-    Failure, UdfCall, UdfOperator, append_column, null_output, repeat_row, slices,
+    Failure, Partition, UdfCall, UdfOperator, append_column, null_output, repeat_row, slices,
     unary_exec_boilerplate,
 };
 use super::prefetch::PrefetchLink;
 use crate::chain::OnError;
 use crate::session::PoolTask;
-use crate::storage::source::LocalCopies;
 
 #[derive(Debug)]
 pub struct GenerateExec {
@@ -80,21 +78,15 @@ impl ExecutionPlan for GenerateExec {
         partition: usize,
         ctx: Arc<TaskContext>,
     ) -> DfResult<SendableRecordBatchStream> {
-        let input = self.op.input.execute(partition, Arc::clone(&ctx))?;
-        let local = self.op.local(partition);
+        let (input, part, baseline) = self.op.start(partition, &ctx)?;
         let state = GenState {
             input,
-            source: self.op.call.file_source(&ctx, local.clone())?,
-            local,
-            call: Arc::clone(&self.op.call),
-            udf: Arc::clone(&self.op.udf),
-            schema: Arc::clone(&self.op.schema),
+            part,
             rows: VecDeque::new(),
             jobs: VecDeque::new(),
             input_done: false,
             seen: 0,
         };
-        let baseline = BaselineMetrics::new(&self.op.metrics, partition);
         let stream = futures::stream::unfold(state, |mut s| async move {
             let next = s.next().await?;
             Some((next, s))
@@ -122,11 +114,7 @@ struct Job {
 
 struct GenState {
     input: SendableRecordBatchStream,
-    source: Arc<dyn FileSource>,
-    local: Option<Arc<dyn LocalCopies>>,
-    call: Arc<UdfCall>,
-    udf: Arc<dyn Generator>,
-    schema: SchemaRef,
+    part: Partition<dyn Generator>,
     rows: VecDeque<RecordBatch>,
     jobs: VecDeque<Job>,
     input_done: bool,
@@ -150,7 +138,7 @@ impl GenState {
                 None => match self.jobs.front_mut()?.task.as_mut().await {
                     Ok(Ok(())) => {
                         if let Some(job) = self.jobs.pop_front() {
-                            self.call.release(&self.local, &job.row);
+                            self.part.call.release(&self.part.local, &job.row);
                         }
                         continue;
                     }
@@ -159,19 +147,23 @@ impl GenState {
                 },
             };
             let job = self.jobs.pop_front()?;
-            self.call.release(&self.local, &job.row);
-            match self.call.on_error {
+            self.part.call.release(&self.part.local, &job.row);
+            match self.part.call.on_error {
                 OnError::Fail => {
-                    return Some(Err(self.call.locate(failure, &job.row, job.row_number)));
+                    return Some(Err(self.part.call.locate(
+                        failure,
+                        &job.row,
+                        job.row_number,
+                    )));
                 }
                 OnError::Null if job.produced == 0 => {
                     return Some(append_column(
-                        &self.schema,
+                        &self.part.schema,
                         &job.row,
-                        null_output(&self.schema, 1),
+                        null_output(&self.part.schema, 1),
                     ));
                 }
-                OnError::Skip => self.call.record_skip(&job.row, job.row_number),
+                OnError::Skip => self.part.call.record_skip(&job.row, job.row_number),
                 OnError::Null => {}
             }
         }
@@ -179,7 +171,7 @@ impl GenState {
 
     /// Starts generators until `parallel` run, pulling input as needed.
     async fn start_jobs(&mut self) -> DfResult<()> {
-        while self.jobs.len() < self.call.parallel {
+        while self.jobs.len() < self.part.call.parallel {
             if let Some(row) = self.rows.pop_front() {
                 let n = self.seen;
                 self.seen += 1;
@@ -207,12 +199,12 @@ impl GenState {
     }
 
     fn spawn(&self, row: RecordBatch, row_number: u64) -> DfResult<Job> {
-        let params = self.call.params_batch(&row)?;
+        let params = self.part.call.params_batch(&row)?;
         let (tx, rx) = mpsc::channel(2);
         let (udf, call, source) = (
-            Arc::clone(&self.udf),
-            Arc::clone(&self.call),
-            Arc::clone(&self.source),
+            Arc::clone(&self.part.udf),
+            Arc::clone(&self.part.call),
+            Arc::clone(&self.part.source),
         );
         let max_rows = call.batch_size;
         let task = crate::session::spawn_on(&tokio::runtime::Handle::current(), async move {
@@ -243,14 +235,14 @@ impl GenState {
             .ok_or_else(|| datafusion::error::DataFusionError::Internal("no job".into()))?;
         let repeated =
             RecordBatch::try_new(job.row.schema(), repeat_row(&job.row, 0, values.len())?)?;
-        append_column(&self.schema, &repeated, values)
+        append_column(&self.part.schema, &repeated, values)
     }
 
     fn failure(&self, source: crate::error::Source) -> Failure {
         Failure {
             row: Some(0),
             error: crate::Error::Udf {
-                udf: self.call.name.clone(),
+                udf: self.part.call.name.clone(),
                 file: None,
                 row: None,
                 source,

@@ -14,15 +14,12 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::error::Result as DfResult;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::physical_plan::metrics::BaselineMetrics;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use futures::stream::{self, StreamExt, TryStreamExt};
 use udfchain_udfs::Mapper;
 
-use super::common::{
-    UdfCall, UdfOperator, append_column, null_output, slices, unary_exec_boilerplate,
-};
+use super::common::{UdfCall, UdfOperator, append_column, slices, unary_exec_boilerplate};
 use super::prefetch::PrefetchLink;
 use crate::chain::OnError;
 
@@ -82,20 +79,15 @@ impl ExecutionPlan for MapExec {
         partition: usize,
         ctx: Arc<TaskContext>,
     ) -> DfResult<SendableRecordBatchStream> {
-        let input = self.op.input.execute(partition, Arc::clone(&ctx))?;
-        let local = self.op.local(partition);
-        let call = Arc::clone(&self.op.call);
-        let udf = Arc::clone(&self.op.udf);
-        let source = call.file_source(&ctx, local.clone())?;
-        let schema = Arc::clone(&self.op.schema);
-        let baseline = BaselineMetrics::new(&self.op.metrics, partition);
+        let (input, part, baseline) = self.op.start(partition, &ctx)?;
+        let call = &part.call;
         let rows_per_call = if call.file_cols.is_empty() && call.on_error == OnError::Fail {
             VALUE_ROWS_PER_CALL
         } else {
             1
         };
         let mut seen = 0u64;
-        let out_schema = Arc::clone(&schema);
+        let out_schema = Arc::clone(&part.schema);
         let stream = input
             .map_ok(move |batch| {
                 let parts: Vec<DfResult<(u64, RecordBatch)>> = slices(&batch, rows_per_call)
@@ -109,35 +101,18 @@ impl ExecutionPlan for MapExec {
                 stream::iter(parts)
             })
             .try_flatten()
-            .map(move |part| {
-                let (call, udf, source, schema, local) = (
-                    Arc::clone(&call),
-                    Arc::clone(&udf),
-                    Arc::clone(&source),
-                    Arc::clone(&schema),
-                    local.clone(),
-                );
+            .map(move |chunk| {
+                let part = part.clone();
                 async move {
-                    let (base, chunk) = part?;
-                    let params = call.params_batch(&chunk)?;
-                    let result = call.run(source, async move { udf.map(params).await }).await;
-                    call.release(&local, &chunk);
-                    match result {
-                        Ok(values) => append_column(&schema, &chunk, values).map(Some),
-                        Err(f) => match call.on_error {
-                            OnError::Fail => Err(call.locate(f, &chunk, base)),
-                            OnError::Skip => {
-                                call.record_skip(&chunk, base);
-                                Ok(None)
-                            }
-                            OnError::Null => append_column(
-                                &schema,
-                                &chunk,
-                                null_output(&schema, chunk.num_rows()),
-                            )
-                            .map(Some),
-                        },
-                    }
+                    let (base, chunk) = chunk?;
+                    let values =
+                        part.call_column(&chunk, base, |udf, params| async move {
+                            udf.map(params).await
+                        })
+                        .await?;
+                    values
+                        .map(|v| append_column(&part.schema, &chunk, v))
+                        .transpose()
                 }
             })
             .buffered(self.op.call.parallel)
