@@ -324,7 +324,8 @@ impl Queue {
 struct PrefetchStream {
     input: SendableRecordBatchStream,
     input_done: bool,
-    rows: VecDeque<RecordBatch>,
+    /// Rows not started yet, each with its files (decoded once per input batch).
+    rows: VecDeque<(RecordBatch, Vec<File>)>,
     queue: Queue,
     window: usize,
     auto: bool,
@@ -338,18 +339,21 @@ impl PrefetchStream {
     async fn next(&mut self) -> Option<DfResult<RecordBatch>> {
         loop {
             while self.queue.len() < self.window {
-                let Some(row) = self.rows.front() else { break };
-                let bytes = row_bytes(row, &self.shared.file_cols);
+                let Some((_, files)) = self.rows.front() else {
+                    break;
+                };
+                // A virtual file is charged its parent, the object downloaded.
+                let bytes = files.iter().map(|f| f.parent().size as usize).sum();
                 if self.reservation.try_grow(bytes).is_err() {
                     if self.queue.len() > 0 {
                         break; // the memory budget is spent: wait for a row to be taken
                     }
                     self.reservation.grow(bytes);
                 }
-                let Some(row) = self.rows.pop_front() else {
+                let Some((row, files)) = self.rows.pop_front() else {
                     break;
                 };
-                self.start(row, bytes);
+                self.start(row, files, bytes);
             }
             if self.queue.len() == 0 && self.rows.is_empty() && self.input_done {
                 return None;
@@ -363,7 +367,10 @@ impl PrefetchStream {
             tokio::select! {
                 biased;
                 batch = self.input.next(), if want_input => match batch {
-                    Some(Ok(b)) => self.rows.extend(slices(&b, 1)),
+                    Some(Ok(b)) => match rows_with_files(&b, &self.shared.file_cols) {
+                        Ok(rows) => self.rows.extend(rows),
+                        Err(e) => return Some(Err(e)),
+                    },
                     Some(Err(e)) => return Some(Err(e)),
                     None => self.input_done = true,
                 },
@@ -429,10 +436,10 @@ impl PrefetchStream {
         self.window = target.max(self.window.saturating_sub(1)).max(1);
     }
 
-    fn start(&mut self, row: RecordBatch, bytes: usize) {
+    fn start(&mut self, row: RecordBatch, files: Vec<File>, bytes: usize) {
         let shared = Arc::clone(&self.shared);
         let task = spawn_on(&tokio::runtime::Handle::current(), async move {
-            let row = shared.fetch_row(row).await;
+            let row = shared.fetch_row(row, files).await;
             Fetched { row, bytes }
         });
         self.queue.push(task);
@@ -441,15 +448,8 @@ impl PrefetchStream {
 
 impl Shared {
     /// Downloads the files of a one-row batch; `None` when the row is skipped.
-    async fn fetch_row(&self, row: RecordBatch) -> DfResult<Option<RecordBatch>> {
-        for &col in &self.file_cols {
-            let files: Vec<Option<File>> = match decode_column(row.column(col)) {
-                Ok(files) => files,
-                Err(e) => return Err(Error::plan(e.to_string()).into_df()),
-            };
-            let Some(file) = files.into_iter().next().flatten() else {
-                continue;
-            };
+    async fn fetch_row(&self, row: RecordBatch, files: Vec<File>) -> DfResult<Option<RecordBatch>> {
+        for file in files {
             let fetched = self.fetch_file(&file).await;
             if fetched.is_ok() && file.member().is_some() {
                 self.pin(file.parent());
@@ -633,13 +633,24 @@ impl RoundTrip {
     }
 }
 
-/// Bytes of the files a one-row batch will fetch (a virtual file counts its parent).
-fn row_bytes(row: &RecordBatch, file_cols: &[usize]) -> usize {
-    file_cols
-        .iter()
-        .filter_map(|&c| decode_column::<Option<File>>(row.column(c)).ok())
-        .flatten()
-        .flatten()
-        .map(|f| f.parent().size as usize)
-        .sum()
+/// The rows of `batch`, one-row batches each with the non-null `File`s of its
+/// `file_cols` (every column decoded once for the whole batch).
+fn rows_with_files(
+    batch: &RecordBatch,
+    file_cols: &[usize],
+) -> DfResult<Vec<(RecordBatch, Vec<File>)>> {
+    let mut columns = Vec::with_capacity(file_cols.len());
+    for &c in file_cols {
+        let files: Vec<Option<File>> =
+            decode_column(batch.column(c)).map_err(|e| Error::plan(e.to_string()).into_df())?;
+        columns.push(files);
+    }
+    Ok(slices(batch, 1)
+        .into_iter()
+        .enumerate()
+        .map(|(i, row)| {
+            let files = columns.iter().filter_map(|c| c[i].clone()).collect();
+            (row, files)
+        })
+        .collect())
 }
