@@ -3,7 +3,8 @@
 //!
 //! Guarantees: listing is streamed (rows flow as the store returns pages, so a
 //! `limit` above stops the listing early); `limit` pushed into the scan stops it
-//! after that many files; the glob filters paths relative to the listed prefix.
+//! after that many files; the glob filters paths relative to the listed prefix;
+//! the next page is requested while the rows of the current one are consumed.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -20,7 +21,7 @@ use datafusion::logical_expr::{Expr, TableType};
 use datafusion::object_store::ObjectMeta;
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
-use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::stream::RecordBatchReceiverStream;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
 };
@@ -33,6 +34,9 @@ use crate::error::Error;
 
 /// Rows per listing batch: small enough that UDFs downstream start early.
 const LIST_BATCH: usize = 256;
+
+/// Listing batches read ahead of the consumer: about one S3 page of 1,000 keys.
+const LIST_AHEAD: usize = 1000 / LIST_BATCH;
 
 /// The schema of a listing: one non-null `file` struct column.
 pub fn file_schema() -> SchemaRef {
@@ -240,10 +244,24 @@ impl ExecutionPlan for ListingExec {
             let files = chunk.map_err(|e| e.1)?;
             to_batch(&schema, &files)
         });
-        Ok(Box::pin(RecordBatchStreamAdapter::new(
-            Arc::clone(&self.schema),
-            batches,
-        )))
+        // Read ahead: a store returns a page (1,000 keys on S3) per request and
+        // asks for the next one only when the last key is taken, so without
+        // this the downloads behind the listing stall for a whole LIST round
+        // trip once per page. The task stops with the stream (dropped: aborted)
+        // and after `limit` files.
+        let mut ahead = RecordBatchReceiverStream::builder(Arc::clone(&self.schema), LIST_AHEAD);
+        let tx = ahead.tx();
+        ahead.spawn(async move {
+            let mut batches = std::pin::pin!(batches);
+            while let Some(batch) = batches.next().await {
+                let failed = batch.is_err();
+                if tx.send(batch).await.is_err() || failed {
+                    break;
+                }
+            }
+            Ok(())
+        });
+        Ok(ahead.build())
     }
 }
 

@@ -263,3 +263,49 @@ async fn parquet_csv_json_from_the_s3_server() {
         .expect("json from s3");
     assert_eq!(n, 1);
 }
+
+/// The listing reads one page ahead: while the consumer holds the first rows,
+/// the second LIST request is already made (S3 pages hold 1,000 keys); with a
+/// limit that the first page covers, no second request is made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listing_reads_the_next_page_ahead_but_not_past_a_limit() {
+    use futures::StreamExt;
+    let s3 = S3Server::start();
+    write_files(&s3.bucket_dir(), 1500, |_| 1);
+    let session = s3.session();
+
+    let before = s3.requests();
+    let mut stream = session
+        .from_storage("s3://bucket")
+        .stream()
+        .await
+        .expect("plan");
+    let first = stream.next().await.expect("a batch").expect("rows");
+    let mut rows = first.num_rows();
+    assert!(rows < 1000, "the first batch is part of the first page");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while s3.requests() - before < 2 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    assert_eq!(
+        s3.requests() - before,
+        2,
+        "page 2 is requested while page 1 is being consumed"
+    );
+    while let Some(batch) = stream.next().await {
+        rows += batch.expect("rows").num_rows();
+    }
+    assert_eq!(rows, 1500);
+    assert_eq!(s3.requests() - before, 2, "two pages, two LIST requests");
+
+    let before = s3.requests();
+    let ten = session
+        .from_storage("s3://bucket")
+        .limit(10)
+        .collect()
+        .await
+        .expect("limit");
+    assert_eq!(ten.iter().map(|b| b.num_rows()).sum::<usize>(), 10);
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(s3.requests() - before, 1, "the first page covers the limit");
+}
