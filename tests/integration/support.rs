@@ -3,6 +3,7 @@
 //! request-counting object store wrapper, and deterministic data. Also compiled
 //! into `benches/workloads.rs`.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::ops::Range;
 use std::path::{Path as FsPath, PathBuf};
@@ -66,6 +67,7 @@ impl S3Server {
         let fs = FastGetFs {
             inner: s3s_fs::FileSystem::new(root.path()).expect("s3s-fs"),
             root: root.path().to_path_buf(),
+            heads: Mutex::default(),
         };
         let s3 = {
             let mut b = s3s::service::S3ServiceBuilder::new(fs);
@@ -156,37 +158,96 @@ impl Drop for S3Server {
     }
 }
 
-/// s3s-fs with one change: GET reads the object with one blocking call per
-/// [`FastGetFs::CHUNK`]. s3s-fs streams a body through tokio's `File` in 4 KiB
-/// reads, one blocking-pool round trip each: ≈0.6 ms of server CPU per 64 KiB GET,
-/// spent on the same cores as the client under test (profiled with `perf` in the
-/// A workload: the server thread group took two thirds of the process's CPU).
-/// Everything else, including GET's status codes, ETag, attributes and checksums
-/// (taken from s3s-fs's HEAD), is s3s-fs's.
+/// s3s-fs with one change: GET opens, stats and reads the first
+/// [`FastGetFs::CHUNK`] of the object in one blocking call (then one per chunk),
+/// and takes the ETag, attributes and checksums from s3s-fs's HEAD, kept per
+/// path while the file's size and mtime stay the same. s3s-fs streams a body
+/// through tokio's `File` in 4 KiB reads and reads two metadata files, one
+/// blocking-pool round trip each: ≈0.6 ms of server CPU per 64 KiB GET, spent on
+/// the cores the client under test uses (`perf` in the A workload: the server's
+/// threads took two thirds of the process's CPU). Errors (no such key or
+/// bucket) and every other operation are s3s-fs's.
 struct FastGetFs {
     inner: s3s_fs::FileSystem,
     root: PathBuf,
+    heads: Mutex<HashMap<PathBuf, (u64, std::time::SystemTime, s3s::dto::HeadObjectOutput)>>,
+}
+
+/// An object opened for a GET: its size and mtime, the byte range to send and
+/// its first chunk.
+struct Opened {
+    file: std::fs::File,
+    len: u64,
+    modified: std::time::SystemTime,
+    range: Range<u64>,
+    first: Bytes,
 }
 
 impl FastGetFs {
     const CHUNK: u64 = 256 << 10;
 
-    /// Reads `len` bytes at `pos` of `file` (opened on the first call).
-    fn read_chunk(
+    fn open(
         path: &FsPath,
-        file: Option<std::fs::File>,
-        pos: u64,
-        len: u64,
-    ) -> std::io::Result<(std::fs::File, Bytes)> {
-        use std::io::{Read, Seek, SeekFrom};
-        let mut file = match file {
-            Some(f) => f,
-            None => std::fs::File::open(path)?,
+        range: Option<s3s::dto::Range>,
+    ) -> std::io::Result<s3s::S3Result<Opened>> {
+        let mut file = std::fs::File::open(path)?;
+        let meta = file.metadata()?;
+        if !meta.is_file() {
+            return Err(std::io::ErrorKind::NotFound.into());
+        }
+        let len = meta.len();
+        let range = match range.map(|r| r.check(len)) {
+            None => 0..len,
+            Some(Ok(r)) => r,
+            Some(Err(e)) => return Ok(Err(e.into())),
         };
+        let n = (range.end - range.start).min(Self::CHUNK);
+        let first = Self::read_at(&mut file, range.start, n)?;
+        Ok(Ok(Opened {
+            file,
+            len,
+            modified: meta.modified()?,
+            range,
+            first,
+        }))
+    }
+
+    fn read_at(file: &mut std::fs::File, pos: u64, len: u64) -> std::io::Result<Bytes> {
+        use std::io::{Read, Seek, SeekFrom};
         file.seek(SeekFrom::Start(pos))?;
         let mut buf = vec![0; len as usize];
         file.read_exact(&mut buf)?;
-        Ok((file, Bytes::from(buf)))
+        Ok(Bytes::from(buf))
+    }
+
+    /// s3s-fs's HEAD of the object, from `heads` while size and mtime match.
+    async fn head(
+        &self,
+        req: s3s::S3Request<s3s::dto::GetObjectInput>,
+        path: &FsPath,
+        opened: &Opened,
+    ) -> s3s::S3Result<s3s::dto::HeadObjectOutput> {
+        use s3s::S3 as _;
+        let heads = || self.heads.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((len, modified, head)) = heads().get(path)
+            && (*len, *modified) == (opened.len, opened.modified)
+        {
+            return Ok(head.clone());
+        }
+        let head = self
+            .inner
+            .head_object(req.map_input(|i| s3s::dto::HeadObjectInput {
+                bucket: i.bucket,
+                key: i.key,
+                ..Default::default()
+            }))
+            .await?
+            .output;
+        heads().insert(
+            path.to_path_buf(),
+            (opened.len, opened.modified, head.clone()),
+        );
+        Ok(head)
     }
 }
 
@@ -209,58 +270,53 @@ macro_rules! fast_get_fs_s3 {
                 &self,
                 req: s3s::S3Request<s3s::dto::GetObjectInput>,
             ) -> s3s::S3Result<s3s::S3Response<s3s::dto::GetObjectOutput>> {
-                let (bucket, key, range) = (
-                    req.input.bucket.clone(),
-                    req.input.key.clone(),
-                    req.input.range,
-                );
-                if FsPath::new(&key)
+                let key = FsPath::new(&req.input.key);
+                if key
                     .components()
                     .any(|c| !matches!(c, std::path::Component::Normal(_)))
                 {
                     return Err(s3s::s3_error!(InvalidArgument, "key escapes the bucket"));
                 }
-                let head = self
-                    .inner
-                    .head_object(req.map_input(|i| s3s::dto::HeadObjectInput {
-                        bucket: i.bucket,
-                        key: i.key,
-                        ..Default::default()
-                    }))
-                    .await?
-                    .output;
-                let len = head.content_length.unwrap_or(0) as u64;
-                let (start, end, content_range) = match range {
-                    None => (0, len, None),
-                    Some(r) => {
-                        let r = r.check(len)?;
-                        let shown = format!("bytes {}-{}/{len}", r.start, r.end - 1);
-                        (r.start, r.end, Some(shown))
-                    }
+                let path = self.root.join(&req.input.bucket).join(key);
+                let requested_range = req.input.range;
+                let opened = {
+                    let path = path.clone();
+                    tokio::task::spawn_blocking(move || Self::open(&path, requested_range))
+                        .await
+                        .map_err(|e| s3s::s3_error!(e, InternalError))?
                 };
-                let path = self.root.join(&bucket).join(&key);
-                let chunks = futures::stream::try_unfold(
-                    (None::<std::fs::File>, start),
-                    move |(file, pos)| {
-                        let path = path.clone();
-                        async move {
-                            if pos >= end {
-                                return Ok(None);
-                            }
-                            let n = (end - pos).min(Self::CHUNK);
-                            let (file, bytes) = tokio::task::spawn_blocking(move || {
-                                Self::read_chunk(&path, file, pos, n)
-                            })
-                            .await
-                            .map_err(std::io::Error::other)??;
-                            Ok::<_, std::io::Error>(Some((bytes, (Some(file), pos + n))))
-                        }
-                    },
-                );
-                let whole = content_range.is_none();
+                let opened = match opened {
+                    Ok(opened) => opened?,
+                    // s3s-fs tells a missing key from a missing bucket.
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        return self.inner.get_object(req).await;
+                    }
+                    Err(e) => return Err(s3s::s3_error!(e, InternalError)),
+                };
+                let head = self.head(req, &path, &opened).await?;
+                let Opened { file, len, range, first, .. } = opened;
+                let whole = range.end - range.start == len;
+                // A ranged GET is answered 206 with Content-Range, even for all bytes.
+                let content_range = requested_range
+                    .is_some()
+                    .then(|| format!("bytes {}-{}/{len}", range.start, range.end - 1));
+                let (start, end) = (range.start + first.len() as u64, range.end);
+                let rest = futures::stream::try_unfold((file, start), move |(mut file, pos)| async move {
+                    if pos >= end {
+                        return Ok(None);
+                    }
+                    let n = (end - pos).min(Self::CHUNK);
+                    let (file, bytes) = tokio::task::spawn_blocking(move || {
+                        Self::read_at(&mut file, pos, n).map(|b| (file, b))
+                    })
+                    .await
+                    .map_err(std::io::Error::other)??;
+                    Ok::<_, std::io::Error>(Some((bytes, (file, pos + n))))
+                });
+                let body = futures::stream::once(async move { Ok(first) }).chain(rest);
                 let output = s3s::dto::GetObjectOutput {
-                    body: Some(s3s::dto::StreamingBlob::wrap(chunks)),
-                    content_length: Some((end - start) as i64),
+                    body: Some(s3s::dto::StreamingBlob::wrap(body)),
+                    content_length: Some((range.end - range.start) as i64),
                     content_range,
                     last_modified: head.last_modified,
                     metadata: head.metadata,
