@@ -153,6 +153,8 @@ impl Spec {
     /// the process CPU of a plain `buffer_unordered(128)` loop of GETs. With
     /// `reads_in_call` (prefetch 0, the serial loop) each of the `parallel` calls
     /// reads and then works, one after the other.
+    /// `Env::record` adds the time to the first LIST page, before which no
+    /// GET can start.
     #[allow(clippy::too_many_arguments)]
     fn bound(
         &self,
@@ -440,6 +442,8 @@ struct Env {
     partitions: usize,
     /// Median unloaded round trip of a HEAD request, seconds.
     rtt: f64,
+    /// Median unloaded time to the first listed object, seconds.
+    list_rtt: f64,
     /// CPU seconds (client and server) per GET of a plain object_store loop.
     get_cpu: f64,
 }
@@ -476,6 +480,21 @@ impl Env {
             cpu: cpu_use(&cpu0, &cpu1),
         };
         (outcome, m)
+    }
+
+    /// The median of 5 unloaded times to the first listed object (one LIST
+    /// request: its added latency plus the server's walk of the prefix).
+    async fn list_round_trip(&self) -> f64 {
+        let prefix = Path::from(self.spec.prefix);
+        let mut times = Vec::new();
+        for _ in 0..5 {
+            let t = Instant::now();
+            let first = self.store.list(Some(&prefix)).next().await;
+            first.expect("an object").expect("list");
+            times.push(t.elapsed().as_secs_f64());
+        }
+        times.sort_by(f64::total_cmp);
+        times[times.len() / 2]
     }
 
     /// The median of 21 unloaded HEAD round trips to one of the objects.
@@ -715,6 +734,9 @@ impl Env {
                 self.get_cpu,
             )
         });
+        // No GET can start before the first LIST page is back: the bound of a
+        // finite run pays one unloaded listing round trip, then files at `bound`.
+        let bound = bound.map(|b| o.rows as f64 / (self.list_rtt + o.rows as f64 / b));
         let files_per_s = o.rows as f64 / o.seconds;
         let bytes = (o.rows * spec.size) as u64;
         if spec.work == Work::Len && o.sum != bytes {
@@ -938,6 +960,7 @@ impl Bench {
             cores: self.cores,
             partitions: 1,
             rtt: 0.0,
+            list_rtt: 0.0,
             get_cpu: 0.0,
         }
     }
@@ -1594,12 +1617,16 @@ fn main() {
             Bench::detect_partitions(&mut env, root.path()).await;
             env.rtt = env.round_trip().await;
             env.get_cpu = env.cpu_per_get().await;
+            if spec.name != "E" {
+                env.list_rtt = env.list_round_trip().await;
+            }
             eprintln!(
-                "{} ({} files x {} KiB; round trip {:.1} ms; {:.2} ms CPU per GET; setup {:.1}s)",
+                "{} ({} files x {} KiB; round trip {:.1} ms; first LIST page {:.1} ms; {:.2} ms CPU per GET; setup {:.1}s)",
                 spec.title,
                 spec.files,
                 spec.size >> 10,
                 env.rtt * 1e3,
+                env.list_rtt * 1e3,
                 env.get_cpu * 1e3,
                 setup.elapsed().as_secs_f64()
             );
