@@ -1,7 +1,7 @@
-//! Test fixtures: a real S3 server (s3s + s3s-fs, GET served by [`FastGetFs`]) on 127.0.0.1 (optionally with
-//! an added latency per request and a bandwidth cap, counting what it serves), a
-//! request-counting object store wrapper, and deterministic data. Also compiled
-//! into `benches/workloads.rs`.
+//! Test fixtures: a real S3 server (s3s + s3s-fs, GET served by [`FastGetFs`])
+//! on 127.0.0.1 (optionally with an added latency per request and a bandwidth
+//! cap, counting what it serves), a request-counting object store wrapper, and
+//! deterministic data. Also compiled into `benches/workloads.rs`.
 
 use std::collections::HashMap;
 use std::fmt;
