@@ -6,6 +6,7 @@
 //! cargo bench --bench workloads -- --quick   # scaled down (~1-2 minutes of runs)
 //! cargo bench --bench workloads -- --only A,E
 //! cargo bench --bench workloads -- --only A --prefetch 128,auto
+//! cargo bench --bench workloads -- --only A --prefetch 128 --udfchain-only  # to profile
 //! ```
 //!
 //! Each workload runs across prefetch x parallel, next to a serial object_store
@@ -906,6 +907,7 @@ struct Bench {
     quick: bool,
     /// `--prefetch 8,auto`: only these settings.
     only_prefetch: Option<Vec<String>>,
+    udfchain_only: bool,
     cores: usize,
     cal: Calibration,
     records: Vec<Record>,
@@ -1010,6 +1012,9 @@ impl Bench {
                 }
                 self.push(r);
             }
+        }
+        if self.udfchain_only {
+            return;
         }
         let (o, m) = env.measure(None, || env.run_serial()).await;
         let serial = env.record("serial", Pf::Fixed(0), 1, 1, &o, &m);
@@ -1585,6 +1590,8 @@ fn main() {
     let only: Option<Vec<String>> =
         list("--only").map(|v| v.iter().map(|w| w.to_uppercase()).collect());
     let only_prefetch = list("--prefetch");
+    // For profiling the engine alone: no serial or `buffer_unordered` runs.
+    let udfchain_only = args.iter().any(|a| a == "--udfchain-only");
     let cores = udfchain::session::cores();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(cores)
@@ -1602,6 +1609,7 @@ fn main() {
     let mut bench = Bench {
         quick,
         only_prefetch,
+        udfchain_only,
         cores,
         cal,
         records: Vec::new(),
