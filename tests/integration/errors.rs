@@ -210,3 +210,54 @@ async fn planning_errors_are_clear() {
         "{err}"
     );
 }
+
+/// An object deleted between listing and download (here by an earlier UDF, on
+/// the real S3 server): `skip` drops exactly that file and lists it in the
+/// report without retrying a 404; `fail` stops with an error naming its URL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_deleted_after_listing_is_skipped_or_named() {
+    let s3 = crate::support::S3Server::start();
+    write_files(&s3.bucket_dir(), 6, |i| 100 + i);
+    let bucket = s3.bucket_dir();
+    let chain = |policy: udfchain::OnError| {
+        let bucket = bucket.clone();
+        s3.session()
+            .from_storage("s3://bucket")
+            .settings(Settings::new().prefetch(0))
+            .map("kept", move |f: File| {
+                let bucket = bucket.clone();
+                async move {
+                    if f.path.ends_with("f0004.bin") {
+                        std::fs::remove_file(bucket.join(&f.path))?;
+                    }
+                    Ok::<bool, std::io::Error>(true)
+                }
+            })
+            .settings(Settings::new().prefetch(4).on_error(policy))
+            .map("len", |f: File| async move {
+                f.read().await.map(|b| b.len() as u64)
+            })
+    };
+
+    let (batches, report) = chain(udfchain::OnError::Skip)
+        .collect_with_report()
+        .await
+        .expect("skip");
+    assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 5);
+    assert_eq!(report.skipped, vec!["s3://bucket/d1/f0004.bin".to_string()]);
+    assert_eq!(
+        report.metric("PrefetchExec", "retries"),
+        0,
+        "a missing object is not retried"
+    );
+
+    write_files(&s3.bucket_dir(), 6, |i| 100 + i);
+    let err = chain(udfchain::OnError::Fail)
+        .count()
+        .await
+        .expect_err("fail");
+    assert!(
+        err.to_string().contains("s3://bucket/d1/f0004.bin"),
+        "{err}"
+    );
+}
