@@ -4,7 +4,7 @@
 //! Guarantees: listing is streamed (rows flow as the store returns pages, so a
 //! `limit` above stops the listing early); `limit` pushed into the scan stops it
 //! after that many files; the glob filters paths relative to the listed prefix;
-//! the next page is requested while the rows of the current one are consumed.
+//! the next page is requested while the second half of the current one is consumed.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -35,8 +35,12 @@ use crate::error::Error;
 /// Rows per listing batch: small enough that UDFs downstream start early.
 const LIST_BATCH: usize = 256;
 
-/// Listing batches read ahead of the consumer: about one S3 page of 1,000 keys.
-const LIST_AHEAD: usize = 1000 / LIST_BATCH;
+/// Listing batches read ahead of the consumer, besides the one being filled: with
+/// S3's 1,000-key pages the next page is requested once the consumer has taken
+/// about 500 rows (1,000 - 2 x 256), so a page's round trip overlaps the second
+/// half of the page before it, and a query that stops early (a `limit` above a
+/// UDF, which is not pushed into the scan) stops before a second request.
+const LIST_AHEAD: usize = 1;
 
 /// The schema of a listing: one non-null `file` struct column.
 pub fn file_schema() -> SchemaRef {
@@ -244,11 +248,11 @@ impl ExecutionPlan for ListingExec {
             let files = chunk.map_err(|e| e.1)?;
             to_batch(&schema, &files)
         });
-        // Read ahead: a store returns a page (1,000 keys on S3) per request and
-        // asks for the next one only when the last key is taken, so without
-        // this the downloads behind the listing stall for a whole LIST round
-        // trip once per page. The task stops with the stream (dropped: aborted)
-        // and after `limit` files.
+        // Read ahead (`LIST_AHEAD`): a store returns a page (1,000 keys on S3)
+        // per request and asks for the next one only when the last key is
+        // taken, so without this the downloads behind the listing stall for a
+        // whole LIST round trip once per page. The task stops with the stream
+        // (dropped: aborted) and after `limit` files.
         let mut ahead = RecordBatchReceiverStream::builder(Arc::clone(&self.schema), LIST_AHEAD);
         let tx = ahead.tx();
         ahead.spawn(async move {

@@ -264,9 +264,10 @@ async fn parquet_csv_json_from_the_s3_server() {
     assert_eq!(n, 1);
 }
 
-/// The listing reads one page ahead: while the consumer holds the first rows,
-/// the second LIST request is already made (S3 pages hold 1,000 keys); with a
-/// limit that the first page covers, no second request is made.
+/// The listing reads one page ahead: once the consumer has taken about half of
+/// the first page (S3 pages hold 1,000 keys), the second LIST request is made
+/// before it asks for more; a query that stops early (a limit in the scan, or
+/// above a UDF) makes one LIST request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn listing_reads_the_next_page_ahead_but_not_past_a_limit() {
     use futures::StreamExt;
@@ -280,9 +281,25 @@ async fn listing_reads_the_next_page_ahead_but_not_past_a_limit() {
         .stream()
         .await
         .expect("plan");
-    let first = stream.next().await.expect("a batch").expect("rows");
-    let mut rows = first.num_rows();
-    assert!(rows < 1000, "the first batch is part of the first page");
+    let mut rows = stream
+        .next()
+        .await
+        .expect("a batch")
+        .expect("rows")
+        .num_rows();
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(
+        s3.requests() - before,
+        1,
+        "{rows} rows taken: no read-ahead before half a page"
+    );
+    rows += stream
+        .next()
+        .await
+        .expect("a batch")
+        .expect("rows")
+        .num_rows();
+    assert!(rows <= 600, "{rows} rows taken: part of the first page");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while s3.requests() - before < 2 && std::time::Instant::now() < deadline {
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
@@ -308,4 +325,22 @@ async fn listing_reads_the_next_page_ahead_but_not_past_a_limit() {
     assert_eq!(ten.iter().map(|b| b.num_rows()).sum::<usize>(), 10);
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     assert_eq!(s3.requests() - before, 1, "the first page covers the limit");
+
+    // A limit above a UDF is not pushed into the scan: the listing stops
+    // with the query, before reading the next page ahead.
+    let (before, gets_before) = (s3.requests(), s3.object_gets());
+    let ten = session
+        .from_storage("s3://bucket")
+        .map(
+            "n",
+            |f: File| async move { Ok::<u64, std::io::Error>(f.size) },
+        )
+        .limit(10)
+        .count()
+        .await
+        .expect("limit above a map");
+    assert_eq!(ten, 10);
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let lists = (s3.requests() - before) - (s3.object_gets() - gets_before);
+    assert_eq!(lists, 1, "one LIST request");
 }
