@@ -486,16 +486,12 @@ impl Env {
     /// The median of 5 unloaded times to the first listed object (one LIST
     /// request: its added latency plus the server's walk of the prefix).
     async fn list_round_trip(&self) -> f64 {
-        let prefix = Path::from(self.spec.prefix);
-        let mut times = Vec::new();
-        for _ in 0..5 {
-            let t = Instant::now();
-            let first = self.store.list(Some(&prefix)).next().await;
+        let (store, prefix) = (&self.store, &Path::from(self.spec.prefix));
+        median_secs(5, move || async move {
+            let first = store.list(Some(prefix)).next().await;
             first.expect("an object").expect("list");
-            times.push(t.elapsed().as_secs_f64());
-        }
-        times.sort_by(f64::total_cmp);
-        times[times.len() / 2]
+        })
+        .await
     }
 
     /// The median of 21 unloaded HEAD round trips to one of the objects.
@@ -507,14 +503,11 @@ impl Env {
             .await
             .expect("an object")
             .expect("list");
-        let mut times = Vec::new();
-        for _ in 0..21 {
-            let t = Instant::now();
-            self.store.head(&first.location).await.expect("head");
-            times.push(t.elapsed().as_secs_f64());
-        }
-        times.sort_by(f64::total_cmp);
-        times[times.len() / 2]
+        let (store, location) = (&self.store, &first.location);
+        median_secs(21, move || async move {
+            store.head(location).await.expect("head");
+        })
+        .await
     }
 
     /// Process CPU seconds per GET (both ends: the server shares the cores) of
@@ -667,50 +660,40 @@ impl Env {
         o
     }
 
-    /// List, then `n` GETs in flight (`buffer_unordered`), the work `parallel` at once.
+    /// List, then the hand-written loop: `n` GETs in flight (`buffer_unordered`)
+    /// and the work `parallel` at once, or with `inline` (the form of prefetch 0)
+    /// `parallel` tasks that each GET a file and then work on it.
     async fn run_buffered(&self, n: usize, parallel: usize, inline: bool) -> Outcome {
+        let t0 = Instant::now();
+        let (work, cal) = (self.spec.work, self.cal);
+        let store = Arc::clone(&self.store);
+        let get = move |p: Path| {
+            let store = Arc::clone(&store);
+            async move {
+                let got = store.get(&p).await;
+                got.expect("get").bytes().await.expect("body")
+            }
+        };
+        let work_on = move |bytes: bytes::Bytes| async move {
+            tokio::task::spawn_blocking(move || do_work(work, &bytes, &cal))
+                .await
+                .expect("work")
+        };
+        let paths = futures::stream::iter(self.list().await);
         if inline {
-            return self.run_buffered_inline(parallel).await;
+            let tasks = paths.map(|p| {
+                let get = get.clone();
+                async move { work_on(get(p).await).await }
+            });
+            drain(t0, tasks.buffer_unordered(parallel)).await
+        } else {
+            let results = paths
+                .map(get)
+                .buffer_unordered(n)
+                .map(work_on)
+                .buffer_unordered(parallel);
+            drain(t0, results).await
         }
-        let t0 = Instant::now();
-        let (work, cal) = (self.spec.work, self.cal);
-        let store = Arc::clone(&self.store);
-        let results = futures::stream::iter(self.list().await)
-            .map(|p| {
-                let store = Arc::clone(&store);
-                async move { store.get(&p).await?.bytes().await }
-            })
-            .buffer_unordered(n)
-            .map(|bytes| async move {
-                let bytes = bytes.expect("get");
-                tokio::task::spawn_blocking(move || do_work(work, &bytes, &cal))
-                    .await
-                    .expect("work")
-            })
-            .buffer_unordered(parallel);
-        drain(t0, results).await
-    }
-
-    /// The hand-written form of prefetch 0: `parallel` tasks, each GETs a file
-    /// and then works on it.
-    async fn run_buffered_inline(&self, parallel: usize) -> Outcome {
-        let t0 = Instant::now();
-        let (work, cal) = (self.spec.work, self.cal);
-        let store = Arc::clone(&self.store);
-        let results = futures::stream::iter(self.list().await)
-            .map(|p| {
-                let store = Arc::clone(&store);
-                async move {
-                    let bytes = store.get(&p).await?.bytes().await?;
-                    let v = tokio::task::spawn_blocking(move || do_work(work, &bytes, &cal))
-                        .await
-                        .expect("work");
-                    Ok::<u64, object_store::Error>(v)
-                }
-            })
-            .buffer_unordered(parallel)
-            .map(|v| v.expect("get"));
-        drain(t0, results).await
     }
 
     fn record(
@@ -735,9 +718,7 @@ impl Env {
                 self.get_cpu,
             )
         });
-        // No GET can start before the first LIST page is back: the bound of a
-        // finite run pays one unloaded listing round trip, then files at `bound`.
-        let bound = bound.map(|b| o.rows as f64 / (self.list_rtt + o.rows as f64 / b));
+        let bound = bound.map(|b| after_first_page(o.rows as f64, self.list_rtt, b));
         let files_per_s = o.rows as f64 / o.seconds;
         let bytes = (o.rows * spec.size) as u64;
         if spec.work == Work::Len && o.sum != bytes {
@@ -885,6 +866,28 @@ fn write_tiny_objects(bucket_dir: &FsPath, spec: &Spec) {
         }
         std::fs::write(&p, object_bytes(i, spec.size)).expect("write");
     }
+}
+
+/// The median of `n` timings of `op`, in seconds.
+async fn median_secs<F, Fut>(n: usize, mut op: F) -> f64
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let mut times = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        op().await;
+        times.push(t.elapsed().as_secs_f64());
+    }
+    times.sort_by(f64::total_cmp);
+    times[n / 2]
+}
+
+/// Files/s of a run of `files` that waits `first_page_s` for the first LIST
+/// page (no GET can start before it), then goes at `rate` files/s.
+fn after_first_page(files: f64, first_page_s: f64, rate: f64) -> f64 {
+    files / (first_page_s + files / rate)
 }
 
 /// Runs a baseline's stream of UDF outputs to its end, started at `t0`.
@@ -1231,7 +1234,7 @@ fn summary(records: &[Record], cores: usize) -> String {
         let files = best.files as f64;
         let udf = best.cpu_udf_s / files;
         let rate = cores as f64 / (udf + best.cpu_per_get_s);
-        let y = best.files_per_s / (files / (best.first_list_page_s + files / rate));
+        let y = best.files_per_s / after_first_page(files, best.first_list_page_s, rate);
         let _ = writeln!(
             out,
             "C  ... at the UDF CPU measured in that run ({:.2} ms per file): {y:.2} -> {}",

@@ -217,8 +217,8 @@ async fn planning_errors_are_clear() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_object_deleted_after_listing_is_skipped_or_named() {
     let s3 = crate::support::S3Server::start();
-    write_files(&s3.bucket_dir(), 6, |i| 100 + i);
     let bucket = s3.bucket_dir();
+    write_files(&bucket, 6, |i| 100 + i);
     let chain = |policy: udfchain::OnError| {
         let bucket = bucket.clone();
         s3.session()
@@ -251,7 +251,7 @@ async fn an_object_deleted_after_listing_is_skipped_or_named() {
         "a missing object is not retried"
     );
 
-    write_files(&s3.bucket_dir(), 6, |i| 100 + i);
+    write_files(&bucket, 6, |i| 100 + i);
     let err = chain(udfchain::OnError::Fail)
         .count()
         .await
