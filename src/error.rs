@@ -61,6 +61,11 @@ pub enum Error {
         source: Arc<std::io::Error>,
     },
 
+    /// A broken invariant inside udfchain (a bug, never the user's input): a
+    /// task that panicked outside a UDF, a closed semaphore, a lost hand-off.
+    #[error("internal error: {0} (please report this)")]
+    Internal(String),
+
     /// Any other error from the DataFusion engine.
     #[error(transparent)]
     DataFusion(Arc<DataFusionError>),
@@ -69,6 +74,10 @@ pub enum Error {
 impl Error {
     pub(crate) fn plan(msg: impl Into<String>) -> Self {
         Self::Plan(msg.into())
+    }
+
+    pub(crate) fn internal(msg: impl Into<String>) -> Self {
+        Self::Internal(msg.into())
     }
 
     pub(crate) fn io(path: impl std::fmt::Display, source: std::io::Error) -> Self {

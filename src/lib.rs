@@ -29,6 +29,7 @@ pub mod plan;
 pub mod script;
 pub mod session;
 pub mod storage;
+pub mod util;
 
 pub use chain::{Chain, OnError, Prefetch, Settings, col};
 pub use dataset::{Catalog, DatasetInfo};

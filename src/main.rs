@@ -15,6 +15,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use futures::StreamExt;
 use udfchain::cache::SharedCache;
 use udfchain::script::{Execution, Output, Statement, locate, split};
+use udfchain::util::redact::redact;
 use udfchain::{Catalog, Error, RunReport, ScriptRunner, Session, Settings, col};
 
 #[derive(Parser)]
@@ -116,7 +117,7 @@ async fn main() -> ExitCode {
                     source = s.source();
                 }
             }
-            eprintln!("udfchain: {msg}");
+            eprintln!("udfchain: {}", redact(&msg));
             ExitCode::FAILURE
         }
     }
@@ -192,7 +193,7 @@ async fn run(cli: Cli) -> udfchain::Result<()> {
                         i.bytes,
                         i.path.display(),
                         i.schema.replace('\n', "\n  "),
-                        i.query.replace('\n', "\n  ")
+                        redact(&i.query).replace('\n', "\n  ")
                     );
                     Ok(())
                 }
@@ -233,11 +234,16 @@ async fn run(cli: Cli) -> udfchain::Result<()> {
 fn read_script(path: &str) -> udfchain::Result<String> {
     if path == "-" {
         let mut s = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
-            .map_err(|e| Error::Plan(format!("reading standard input: {e}")))?;
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).map_err(|e| Error::Io {
+            path: "standard input".into(),
+            source: Arc::new(e),
+        })?;
         return Ok(s);
     }
-    std::fs::read_to_string(path).map_err(|e| Error::Plan(format!("reading script {path}: {e}")))
+    std::fs::read_to_string(path).map_err(|e| Error::Io {
+        path: format!("script {path}"),
+        source: Arc::new(e),
+    })
 }
 
 fn parse_size(text: &str) -> udfchain::Result<u64> {
@@ -267,7 +273,7 @@ async fn run_script(
         let result = async {
             match runner.execute(&stmt).await? {
                 Execution::Done(Output::Message(m)) => {
-                    eprintln!("{m}");
+                    eprintln!("{}", redact(&m));
                     Ok(())
                 }
                 Execution::Done(Output::Table(b)) => out.print(&b),
@@ -288,7 +294,10 @@ async fn run_script(
 fn explained(stmt: Statement) -> Statement {
     let text = stmt.text.trim_start();
     let upper = text.to_ascii_uppercase();
-    let query = if upper.starts_with("SET") || upper.starts_with("SHOW DATASETS") {
+    let query = if upper.starts_with("SET")
+        || upper.starts_with("SHOW DATASETS")
+        || upper.starts_with("EXPLAIN")
+    {
         return stmt;
     } else if upper.starts_with("CREATE DATASET") {
         let rest = text["CREATE DATASET".len()..].trim_start();
@@ -353,11 +362,19 @@ impl Printer {
         let df_err = |e: datafusion::arrow::error::ArrowError| {
             Error::from(datafusion::error::DataFusionError::from(e))
         };
+        let io_err = |e: std::io::Error| Error::Io {
+            path: "standard output".into(),
+            source: Arc::new(e),
+        };
+        let parquet_err = |e: datafusion::parquet::errors::ParquetError| {
+            Error::from(datafusion::error::DataFusionError::from(e))
+        };
         let mut stdout = std::io::stdout().lock();
         match self.format {
             Format::Table => {
-                let text = pretty_format_batches(batches).map_err(df_err)?;
-                writeln!(stdout, "{text}").map_err(|e| Error::Plan(e.to_string()))?;
+                // Tables are for people: plans and messages in them never echo a secret.
+                let text = pretty_format_batches(batches).map_err(df_err)?.to_string();
+                writeln!(stdout, "{}", redact(&text)).map_err(io_err)?;
             }
             Format::Csv => {
                 let mut w = datafusion::arrow::csv::Writer::new(&mut stdout);
@@ -382,14 +399,12 @@ impl Printer {
                     first.schema(),
                     None,
                 )
-                .map_err(|e| Error::Plan(e.to_string()))?;
+                .map_err(parquet_err)?;
                 for b in batches {
-                    w.write(b).map_err(|e| Error::Plan(e.to_string()))?;
+                    w.write(b).map_err(parquet_err)?;
                 }
-                w.close().map_err(|e| Error::Plan(e.to_string()))?;
-                stdout
-                    .write_all(&buf)
-                    .map_err(|e| Error::Plan(e.to_string()))?;
+                w.close().map_err(parquet_err)?;
+                stdout.write_all(&buf).map_err(io_err)?;
             }
         }
         Ok(())

@@ -38,6 +38,7 @@ use crate::error::{Error, Result};
 use crate::plan::{RunReport, UdfKind, UdfNode};
 use crate::session::Session;
 use crate::storage::{Location, StorageTable};
+use crate::util::redact::redact;
 
 /// Where a chain's rows come from.
 #[derive(Clone)]
@@ -620,7 +621,7 @@ impl Chain {
 
     async fn write_dataset(&self, dir: &std::path::Path) -> Result<(String, u64, String)> {
         let df = self.dataframe().await?;
-        let query = df.logical_plan().display_indent().to_string();
+        let query = redact(&df.logical_plan().display_indent().to_string()).into_owned();
         let schema = df
             .schema()
             .fields()
@@ -666,20 +667,22 @@ impl Chain {
         let df = self.dataframe().await?;
         let logical = df.clone().into_optimized_plan()?;
         let physical = df.create_physical_plan().await?;
-        Ok(format!(
+        let text = format!(
             "logical plan:\n{}\n\nphysical plan:\n{}",
             logical.display_indent(),
             displayable(physical.as_ref()).indent(true)
-        ))
+        );
+        Ok(redact(&text).into_owned())
     }
 
     /// Runs the chain and returns the physical plan annotated with metrics
     /// (prefetch: files fetched, bytes, cache hits, UDF wait, peak in flight, retries, skips).
     pub async fn explain_analyze(&self) -> Result<String> {
         let (_, physical) = self.run_plan().await?;
-        Ok(DisplayableExecutionPlan::with_metrics(physical.as_ref())
+        let text = DisplayableExecutionPlan::with_metrics(physical.as_ref())
             .indent(true)
-            .to_string())
+            .to_string();
+        Ok(redact(&text).into_owned())
     }
 
     /// Runs the chain and returns its batches with a [`RunReport`] (metrics of

@@ -30,7 +30,8 @@ pub enum OnError {
 }
 
 /// Settings of a chain. Builder style: `Settings::new().prefetch(16).parallel(4)`.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// Its `Debug` output masks credential-like storage options.
+#[derive(Clone, Default, PartialEq)]
 #[must_use]
 pub struct Settings {
     prefetch: Option<Prefetch>,
@@ -46,6 +47,38 @@ pub struct Settings {
     memory_limit: Option<usize>,
     memory_file_limit: Option<u64>,
     storage_options: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let options: BTreeMap<&str, &str> = self
+            .storage_options
+            .iter()
+            .map(|(k, v)| {
+                let shown = if crate::util::redact::is_secret_name(k) {
+                    crate::util::redact::MASK
+                } else {
+                    v.as_str()
+                };
+                (k.as_str(), shown)
+            })
+            .collect();
+        f.debug_struct("Settings")
+            .field("prefetch", &self.prefetch)
+            .field("cache", &self.cache)
+            .field("cache_limit", &self.cache_limit)
+            .field("parallel", &self.parallel)
+            .field("workers", &self.workers)
+            .field("batch_size", &self.batch_size)
+            .field("ordered", &self.ordered)
+            .field("max_connections", &self.max_connections)
+            .field("on_error", &self.on_error)
+            .field("root", &self.root)
+            .field("memory_limit", &self.memory_limit)
+            .field("memory_file_limit", &self.memory_file_limit)
+            .field("storage_options", &options)
+            .finish()
+    }
 }
 
 impl Settings {
@@ -146,8 +179,12 @@ impl Settings {
 
     /// A store option (object_store config key, e.g. `endpoint`, `region`,
     /// `allow_http`, `access_key_id`), applied when a store is first opened.
+    /// Credential-like values (`secret_access_key`, tokens, account keys) are
+    /// registered with [`redact`](crate::util::redact), so no output echoes them.
     pub fn storage_option(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
-        self.storage_options.insert(key.into(), value.into());
+        let (key, value) = (key.into(), value.into());
+        crate::util::redact::register_option(&key, &value);
+        self.storage_options.insert(key, value);
         self
     }
 

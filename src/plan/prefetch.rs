@@ -385,7 +385,7 @@ impl PrefetchStream {
                         Some(Ok(Fetched { row: Ok(Some(row)), .. })) => return Some(Ok(row)),
                         Some(Ok(Fetched { row: Ok(None), .. })) => continue,
                         Some(Ok(Fetched { row: Err(e), .. })) => return Some(Err(e)),
-                        Some(Err(panic)) => return Some(Err(Error::plan(format!("prefetch task {panic}")).into_df())),
+                        Some(Err(panic)) => return Some(Err(Error::internal(format!("prefetch task {panic}")).into_df())),
                         None => continue,
                     }
                 }
@@ -584,7 +584,7 @@ impl Shared {
             .connections
             .acquire()
             .await
-            .map_err(|e| Error::plan(e.to_string()))?;
+            .map_err(|e| Error::internal(format!("connection slots: {e}")))?;
         let now = self.active.fetch_add(1, Ordering::SeqCst) + 1;
         self.metrics.peak_in_flight.set_max(now);
         let result = run(store, path, file.url()).await;

@@ -165,7 +165,13 @@ impl ScriptRunner {
                     .ok_or_else(|| Error::plan("SET needs `name = value`"))?;
                 let name = name.trim();
                 self.set(name, value)?;
-                Ok(Output::Message(format!("set {name} = {}", value.trim())))
+                let shown = match name.strip_prefix("storage.") {
+                    Some(option) if crate::util::redact::is_secret_name(option) => {
+                        crate::util::redact::MASK.to_string()
+                    }
+                    _ => crate::util::redact::redact(value.trim()).into_owned(),
+                };
+                Ok(Output::Message(format!("set {name} = {shown}")))
             }
             ["SHOW", "DATASETS", ..] => Ok(Output::Table(vec![datasets_table(
                 &self.session,

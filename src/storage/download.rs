@@ -64,7 +64,7 @@ pub async fn download_bytes(
     let d = download(store, path, size, url, &mut out).await?;
     match out {
         Sink::Memory(b) => Ok((b.freeze(), d)),
-        Sink::File(_) => Err(Error::plan("download_bytes wrote a file")),
+        Sink::File(_) => Err(Error::internal("download_bytes wrote a file")),
     }
 }
 

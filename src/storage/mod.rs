@@ -55,7 +55,7 @@ impl Location {
 
     fn parse_with(uri: &str, must_exist: bool) -> Result<Self> {
         let invalid = |reason: &str| Error::InvalidUri {
-            uri: uri.to_string(),
+            uri: crate::util::redact::redact(uri).into_owned(),
             reason: reason.to_string(),
         };
         if uri.trim().is_empty() {

@@ -9,6 +9,7 @@ mod datasets;
 mod errors;
 mod execution;
 mod prefetch;
+mod redaction;
 mod relational;
 mod scripts;
 mod shared_cache;
