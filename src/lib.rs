@@ -14,20 +14,23 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Layout: `chain/` the builder and settings; `plan/` the logical UDF node, its
-//! planner and one physical operator per file; `storage/` stores, listing and
-//! the file source UDFs read through; `cache/` local copies of stored files (the
-//! per-UDF temporary cache and the shared persistent cache); `session/` the
-//! DataFusion context and the UDF pool; the UDF contract itself lives in the
-//! `udfchain-udfs` crate.
+//! Layout, in layers whose imports point down only (see the README's
+//! architecture section): `chain/` the builder and `dataset/` the catalog;
+//! `session/` the DataFusion context; `plan/` the logical UDF node, its planner
+//! and one physical operator per file; `cache/` local copies of stored files (the
+//! per-UDF temporary cache and the shared persistent cache); `storage/` stores,
+//! listing and downloads; at the bottom `runtime/` (the UDF pool), `settings`,
+//! `error` and `util/`. The UDF contract itself lives in the `udfchain-udfs` crate.
 
 pub mod cache;
 pub mod chain;
 pub mod dataset;
 pub mod error;
 pub mod plan;
+pub mod runtime;
 pub mod script;
 pub mod session;
+pub mod settings;
 pub mod storage;
 pub mod util;
 

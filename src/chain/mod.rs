@@ -7,10 +7,9 @@
 //! `explain`, ...). UDFs capture the chain's settings at the point they are added.
 
 mod expr;
-mod settings;
 
+pub use crate::settings::{OnError, Prefetch, Settings};
 pub use expr::col;
-pub use settings::{OnError, Prefetch, Settings};
 
 use std::fmt;
 use std::sync::Arc;
@@ -759,4 +758,23 @@ pub(crate) fn closest<'a>(
         .filter(|(d, _)| *d <= (name.len() / 3).max(2))
         .min_by_key(|(d, _)| *d)
         .map(|(_, c)| c)
+}
+
+/// The chains and the catalog of a session: here rather than in `session/`, which
+/// sits below the builder and the catalog and does not import them.
+impl Session {
+    /// A chain over the latest version of dataset `name` (under this session's root).
+    pub fn from_dataset(self: &Arc<Self>, name: &str) -> Chain {
+        Chain::from_dataset(name).in_session(Arc::clone(self))
+    }
+
+    /// The dataset catalog under this session's root dir.
+    pub fn catalog(&self) -> Result<Catalog> {
+        Catalog::open(&self.settings().get_root())
+    }
+
+    /// A chain over the objects under `uri` (recursive).
+    pub fn from_storage(self: &Arc<Self>, uri: &str) -> Chain {
+        Chain::from_storage_in(Arc::clone(self), uri)
+    }
 }

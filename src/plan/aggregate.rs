@@ -28,7 +28,7 @@ use super::common::{
     Partition, UdfCall, UdfOperator, append_column, repeat_row, unary_exec_boilerplate,
 };
 use super::prefetch::PrefetchLink;
-use crate::chain::OnError;
+use crate::settings::OnError;
 
 #[derive(Debug)]
 pub struct AggregateExec {

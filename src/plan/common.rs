@@ -23,9 +23,9 @@ use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
 
 use super::prefetch::PrefetchLink;
 use crate::cache::SharedCache;
-use crate::chain::OnError;
 use crate::error::Error;
-use crate::session::spawn_udf;
+use crate::runtime::spawn_udf;
+use crate::settings::OnError;
 use crate::storage::StoreSource;
 use crate::storage::source::LocalCopies;
 

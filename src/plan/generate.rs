@@ -25,8 +25,8 @@ use super::common::{
     unary_exec_boilerplate,
 };
 use super::prefetch::PrefetchLink;
-use crate::chain::OnError;
-use crate::session::PoolTask;
+use crate::runtime::PoolTask;
+use crate::settings::OnError;
 
 #[derive(Debug)]
 pub struct GenerateExec {
@@ -207,7 +207,7 @@ impl GenState {
             Arc::clone(&self.part.source),
         );
         let max_rows = call.batch_size;
-        let task = crate::session::spawn_on(&tokio::runtime::Handle::current(), async move {
+        let task = crate::runtime::spawn_on(&tokio::runtime::Handle::current(), async move {
             call.run(source, async move {
                 let mut outputs = udf.generate(params, max_rows);
                 while let Some(item) = outputs.next().await {

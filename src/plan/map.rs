@@ -21,7 +21,7 @@ use udfchain_udfs::Mapper;
 
 use super::common::{UdfCall, UdfOperator, append_column, slices, unary_exec_boilerplate};
 use super::prefetch::PrefetchLink;
-use crate::chain::OnError;
+use crate::settings::OnError;
 
 /// Rows per call when the UDF reads no file.
 const VALUE_ROWS_PER_CALL: usize = 1024;

@@ -19,8 +19,8 @@ use udfchain_udfs::{
     Aggregator, BatchMapper, File, Generator, Mapper, Signature, check_input_type,
 };
 
-use crate::chain::Settings;
 use crate::error::{Error, Result};
+use crate::settings::Settings;
 
 /// Which kind of UDF, with the UDF itself.
 #[derive(Debug, Clone)]

@@ -21,8 +21,8 @@ use super::generate::GenerateExec;
 use super::map::MapExec;
 use super::node::{UdfKind, UdfNode};
 use super::prefetch::{PrefetchExec, PrefetchLink, PrefetchOptions};
-use crate::chain::Prefetch;
 use crate::error::Error;
+use crate::settings::Prefetch;
 
 /// The session's query planner: DataFusion's, plus [`UdfPlanner`].
 #[derive(Debug)]

@@ -50,9 +50,9 @@ use udfchain_udfs::{File, decode_column};
 
 use super::common::{slices, unary_exec_boilerplate};
 use crate::cache::{SharedCache, TempCache};
-use crate::chain::{OnError, Prefetch};
 use crate::error::Error;
-use crate::session::{PoolTask, spawn_on};
+use crate::runtime::{PoolTask, spawn_on};
+use crate::settings::{OnError, Prefetch};
 use crate::storage::source::LocalCopies;
 use crate::storage::{Downloaded, StoreSource, download_bytes, download_to};
 

@@ -1,9 +1,8 @@
 //! [`Session`]: a DataFusion `SessionContext` set up with udfchain's planner,
 //! the stores it has opened, and the default [`Settings`] of its chains.
+//! (Its chain and catalog constructors live in `chain/`, the layer above.)
 
-mod pool;
-
-pub use pool::{PoolTask, cores, spawn_on, spawn_udf};
+pub use crate::runtime::{PoolTask, cores, spawn_on, spawn_udf};
 
 use std::sync::{Arc, OnceLock};
 
@@ -14,9 +13,9 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use object_store::memory::InMemory;
 use url::Url;
 
-use crate::chain::{Chain, Settings};
 use crate::error::Result;
 use crate::plan::UdfQueryPlanner;
+use crate::settings::Settings;
 use crate::storage::{Location, open_store};
 
 /// Holds the DataFusion context every chain of this session plans and runs in.
@@ -97,21 +96,6 @@ impl Session {
             &loc,
             self.settings.get_storage_options(),
         )
-    }
-
-    /// A chain over the latest version of dataset `name` (under this session's root).
-    pub fn from_dataset(self: &Arc<Self>, name: &str) -> Chain {
-        Chain::from_dataset(name).in_session(Arc::clone(self))
-    }
-
-    /// The dataset catalog under this session's root dir.
-    pub fn catalog(&self) -> Result<crate::dataset::Catalog> {
-        crate::dataset::Catalog::open(&self.settings.get_root())
-    }
-
-    /// A chain over the objects under `uri` (recursive).
-    pub fn from_storage(self: &Arc<Self>, uri: &str) -> Chain {
-        Chain::from_storage_in(Arc::clone(self), uri)
     }
 
     pub(crate) fn state(&self) -> datafusion::execution::SessionState {

@@ -22,7 +22,7 @@ use udfchain_udfs::{File, FileSource, UdfError};
 
 use super::{Location, download_to, open_store};
 use crate::cache::SharedCache;
-use crate::session::spawn_on;
+use crate::runtime::spawn_on;
 
 /// Where local copies of files may be found (prefetch temp dirs, the shared cache).
 pub trait LocalCopies: Send + Sync + std::fmt::Debug {

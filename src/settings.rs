@@ -297,7 +297,7 @@ impl Settings {
     }
 
     pub fn get_parallel(&self) -> usize {
-        self.parallel.unwrap_or_else(crate::session::cores).max(1)
+        self.parallel.unwrap_or_else(crate::runtime::cores).max(1)
     }
 
     pub fn get_workers(&self) -> usize {
