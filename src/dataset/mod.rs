@@ -7,7 +7,16 @@
 //! visible version, and its staging dir (owner process gone) or an unregistered
 //! version dir is removed by the next `Catalog::open`. Saves of one name from
 //! several threads or processes get distinct, increasing versions.
+//!
+//! Rows hold version paths relative to the root (`datasets/<name>/v<N>`) and
+//! [`DatasetInfo::path`] is resolved against the root as opened, so a root
+//! reached through a symlink, through `..` or after being moved reads the same
+//! versions. The sweep decides from catalog rows (name, version), never from how
+//! a path is spelled: a committed version is never removed by `open`. Rows of
+//! older catalogs holding absolute paths are rewritten to relative at open when
+//! they lie under the root, and kept as they are otherwise.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -23,7 +32,8 @@ const OWNER: &str = "owner.pid";
 pub struct DatasetInfo {
     pub name: String,
     pub version: u32,
-    /// The directory holding the version's Parquet file(s).
+    /// The directory holding the version's Parquet file(s), resolved against
+    /// the root the catalog was opened with.
     pub path: PathBuf,
     /// One `name: type` per line.
     pub schema: String,
@@ -70,6 +80,17 @@ impl Catalog {
         .map_err(sql_err)?;
         cat.sweep(conn)?;
         Ok(cat)
+    }
+
+    /// The root dir as opened (absolute, not canonicalized).
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// A row's path resolved against the root as opened; an absolute path (an
+    /// older catalog's row outside the root) is kept as it is.
+    fn resolve(&self, stored: &str) -> PathBuf {
+        self.root.join(stored)
     }
 
     fn connect(&self) -> Result<Connection> {
@@ -144,7 +165,8 @@ impl Catalog {
                 |r| r.get(0),
             )
             .map_err(sql_err)?;
-        let path = self.datasets_root().join(name).join(format!("v{version}"));
+        let relative = version_dir(name, version);
+        let path = self.root.join(&relative);
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(|e| Error::io(parent.display(), e))?;
         }
@@ -173,7 +195,7 @@ impl Catalog {
             params![
                 name,
                 version,
-                path.display().to_string(),
+                relative,
                 schema,
                 rows as i64,
                 bytes as i64,
@@ -195,7 +217,7 @@ impl Catalog {
         let conn = self.connect()?;
         let sql = "SELECT name, version, path, schema, rows, bytes, created, query FROM versions
                    WHERE name = ?1 AND (?2 IS NULL OR version = ?2) ORDER BY version DESC LIMIT 1";
-        conn.query_row(sql, params![name, version], row_info)
+        conn.query_row(sql, params![name, version], |r| self.row_info(r))
             .optional()
             .map_err(sql_err)?
             .ok_or_else(|| {
@@ -222,7 +244,7 @@ impl Catalog {
         let mut stmt = conn
             .prepare("SELECT name, version, path, schema, rows, bytes, created, query FROM versions ORDER BY name, version")
             .map_err(sql_err)?;
-        let rows = stmt.query_map([], row_info).map_err(sql_err)?;
+        let rows = stmt.query_map([], |r| self.row_info(r)).map_err(sql_err)?;
         rows.collect::<Result<Vec<_>, _>>().map_err(sql_err)
     }
 
@@ -256,7 +278,7 @@ impl Catalog {
         .map_err(sql_err)?;
         tx.commit().map_err(sql_err)?;
         for p in &paths {
-            let _ = std::fs::remove_dir_all(p);
+            let _ = std::fs::remove_dir_all(self.resolve(p));
         }
         if version.is_none() {
             let _ = std::fs::remove_dir(self.datasets_root().join(name));
@@ -264,7 +286,9 @@ impl Catalog {
         Ok(paths.len())
     }
 
-    /// Removes staging dirs of dead processes and version dirs with no catalog row.
+    /// Rewrites absolute row paths that lie under the root to relative ones,
+    /// removes staging dirs of dead processes and `v<N>` dirs with no catalog
+    /// row for (name, N). Anything it cannot match is kept.
     fn sweep(&self, mut conn: Connection) -> Result<()> {
         if let Ok(dirs) = std::fs::read_dir(self.staging_root()) {
             for d in dirs.flatten() {
@@ -280,23 +304,47 @@ impl Catalog {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(sql_err)?;
-        let known: std::collections::HashSet<String> = {
-            let mut stmt = tx.prepare("SELECT path FROM versions").map_err(sql_err)?;
+        let rows: Vec<(String, u32, String)> = {
+            let mut stmt = tx
+                .prepare("SELECT name, version, path FROM versions")
+                .map_err(sql_err)?;
             let rows = stmt
-                .query_map([], |r| r.get::<_, String>(0))
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
                 .map_err(sql_err)?;
             rows.collect::<Result<_, _>>().map_err(sql_err)?
         };
+        for (name, version, path) in &rows {
+            if let Some(relative) = self.migrated(name, *version, Path::new(path)) {
+                tx.execute(
+                    "UPDATE versions SET path = ?1 WHERE name = ?2 AND version = ?3",
+                    params![relative, name, version],
+                )
+                .map_err(sql_err)?;
+            }
+        }
+        let known: HashSet<(&str, u32)> = rows.iter().map(|(n, v, _)| (n.as_str(), *v)).collect();
         if let Ok(names) = std::fs::read_dir(self.datasets_root()) {
-            for n in names
-                .flatten()
-                .filter(|n| !n.file_name().to_string_lossy().starts_with('.'))
-            {
+            for n in names.flatten() {
+                let Some(name) = n.file_name().to_str().map(str::to_string) else {
+                    continue;
+                };
+                if name.starts_with('.') {
+                    continue;
+                }
                 let Ok(versions) = std::fs::read_dir(n.path()) else {
                     continue;
                 };
                 for v in versions.flatten() {
-                    if !known.contains(&v.path().display().to_string()) {
+                    let number = v
+                        .file_name()
+                        .to_str()
+                        .and_then(|f| f.strip_prefix('v'))
+                        .and_then(|n| n.parse::<u32>().ok());
+                    let is_dir = v.file_type().is_ok_and(|t| t.is_dir());
+                    if let Some(number) = number
+                        && is_dir
+                        && !known.contains(&(name.as_str(), number))
+                    {
                         let _ = std::fs::remove_dir_all(v.path());
                     }
                 }
@@ -304,19 +352,46 @@ impl Catalog {
         }
         tx.commit().map_err(sql_err)
     }
+
+    /// The relative path to store for a row whose stored `path` is absolute and
+    /// names this root's dir of (name, version) under any spelling: the same
+    /// string prefix, the same dir through symlinks or `..`, or a root that was
+    /// moved (the old path is gone, the version's dir is under this root).
+    /// `None` for a relative path or a dir elsewhere.
+    fn migrated(&self, name: &str, version: u32, path: &Path) -> Option<String> {
+        if !path.is_absolute() {
+            return None;
+        }
+        let relative = version_dir(name, version);
+        let here = self.root.join(&relative);
+        let under_root = path
+            .strip_prefix(&self.root)
+            .is_ok_and(|r| r == Path::new(&relative));
+        let same_dir = match (std::fs::canonicalize(path), std::fs::canonicalize(&here)) {
+            (Ok(a), Ok(b)) => a == b,
+            _ => false,
+        };
+        let moved = path.ends_with(&relative) && !path.exists() && here.is_dir();
+        (under_root || same_dir || moved).then_some(relative)
+    }
+
+    fn row_info(&self, r: &rusqlite::Row<'_>) -> rusqlite::Result<DatasetInfo> {
+        Ok(DatasetInfo {
+            name: r.get(0)?,
+            version: r.get(1)?,
+            path: self.resolve(&r.get::<_, String>(2)?),
+            schema: r.get(3)?,
+            rows: r.get::<_, i64>(4)? as u64,
+            bytes: r.get::<_, i64>(5)? as u64,
+            created: r.get(6)?,
+            query: r.get(7)?,
+        })
+    }
 }
 
-fn row_info(r: &rusqlite::Row<'_>) -> rusqlite::Result<DatasetInfo> {
-    Ok(DatasetInfo {
-        name: r.get(0)?,
-        version: r.get(1)?,
-        path: PathBuf::from(r.get::<_, String>(2)?),
-        schema: r.get(3)?,
-        rows: r.get::<_, i64>(4)? as u64,
-        bytes: r.get::<_, i64>(5)? as u64,
-        created: r.get(6)?,
-        query: r.get(7)?,
-    })
+/// Where version `version` of `name` lives, relative to the root.
+fn version_dir(name: &str, version: u32) -> String {
+    format!("datasets/{name}/v{version}")
 }
 
 fn check_name(name: &str) -> Result<()> {

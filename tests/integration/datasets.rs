@@ -288,3 +288,208 @@ async fn two_processes_saving_one_name_get_distinct_versions() {
     versions.sort();
     assert_eq!(versions, vec![1, 2]);
 }
+
+/// Saves `items(n)` as `name` under `root`.
+async fn save_items(root: &std::path::Path, name: &str, n: i64) -> udfchain::DatasetInfo {
+    let session = Session::with_settings(Settings::new().root(root));
+    Chain::from_values_in(session, &items(n))
+        .save(name)
+        .await
+        .expect("save")
+}
+
+/// The rows of the latest version of `name`, read through the root spelled `root`.
+async fn read_items(root: &std::path::Path, name: &str) -> Vec<Item> {
+    let session = Session::with_settings(Settings::new().root(root));
+    session
+        .from_dataset(name)
+        .order_by([col("id").sort(true, false)])
+        .to_rows()
+        .await
+        .expect("read")
+}
+
+/// Opens the root under `spelling`, then checks version 1 of `items` is still
+/// listed, lives under that spelling and reads the same rows.
+async fn check_items_survive(spelling: &std::path::Path) {
+    let catalog = Catalog::open(spelling).expect("open");
+    let versions = catalog.list().expect("list");
+    assert_eq!(versions.len(), 1, "{versions:?}");
+    assert_eq!(versions[0].version, 1);
+    assert!(
+        versions[0]
+            .path
+            .starts_with(std::path::absolute(spelling).expect("abs")),
+        "resolved against the root as opened: {}",
+        versions[0].path.display()
+    );
+    assert!(versions[0].path.join("data.parquet").is_file());
+    assert_eq!(read_items(spelling, "items").await, items(5));
+    // Opening again (a second sweep) under the same spelling keeps it too.
+    assert_eq!(
+        Catalog::open(spelling)
+            .expect("reopen")
+            .list()
+            .expect("list")
+            .len(),
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_survives_opening_its_root_through_a_symlink() {
+    let base = tempfile::tempdir().expect("base");
+    let real = base.path().join("r");
+    save_items(&real, "items", 5).await;
+    let link = base.path().join("link");
+    std::os::unix::fs::symlink(&real, &link).expect("symlink");
+    check_items_survive(&link).await;
+    check_items_survive(&real).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_survives_opening_its_root_through_dot_dot() {
+    let base = tempfile::tempdir().expect("base");
+    let real = base.path().join("r");
+    save_items(&real, "items", 5).await;
+    std::fs::create_dir(base.path().join("x")).expect("mkdir x");
+    check_items_survive(&base.path().join("x/../r")).await;
+    check_items_survive(&real).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_survives_its_root_being_moved() {
+    let base = tempfile::tempdir().expect("base");
+    let old = base.path().join("r");
+    save_items(&old, "items", 5).await;
+    let new = base.path().join("moved");
+    std::fs::rename(&old, &new).expect("move the root");
+    check_items_survive(&new).await;
+}
+
+/// Rows as stored in the catalog: (name, version, path).
+fn stored_rows(root: &std::path::Path) -> Vec<(String, u32, String)> {
+    let conn = rusqlite::Connection::open(root.join("catalog.sqlite")).expect("sqlite");
+    let mut stmt = conn
+        .prepare("SELECT name, version, path FROM versions ORDER BY name, version")
+        .expect("prepare");
+    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .expect("query")
+        .collect::<Result<_, _>>()
+        .expect("rows")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_catalog_with_absolute_paths_is_migrated_not_swept() {
+    let base = tempfile::tempdir().expect("base");
+    let real = base.path().join("r");
+    save_items(&real, "items", 5).await;
+    save_items(&real, "elsewhere", 2).await;
+    assert_eq!(
+        stored_rows(&real),
+        vec![
+            ("elsewhere".into(), 1, "datasets/elsewhere/v1".into()),
+            ("items".into(), 1, "datasets/items/v1".into())
+        ],
+        "new rows are relative"
+    );
+    // As an older udfchain wrote them: absolute, spelled through the real root;
+    // and one row naming a dir outside this root.
+    let conn = rusqlite::Connection::open(real.join("catalog.sqlite")).expect("sqlite");
+    let abs = real.join("datasets/items/v1").display().to_string();
+    conn.execute("UPDATE versions SET path = ?1 WHERE name = 'items'", [&abs])
+        .expect("update");
+    conn.execute(
+        "UPDATE versions SET path = '/no/such/place/v1' WHERE name = 'elsewhere'",
+        [],
+    )
+    .expect("update");
+    drop(conn);
+
+    let link = base.path().join("link");
+    std::os::unix::fs::symlink(&real, &link).expect("symlink");
+    let catalog = Catalog::open(&link).expect("open through the link");
+    assert_eq!(catalog.list().expect("list").len(), 2);
+    assert_eq!(
+        stored_rows(&real),
+        vec![
+            ("elsewhere".into(), 1, "/no/such/place/v1".into()),
+            ("items".into(), 1, "datasets/items/v1".into())
+        ],
+        "the row under the root is made relative, the other one kept"
+    );
+    assert!(
+        real.join("datasets/elsewhere/v1/data.parquet").is_file(),
+        "a dir whose row could not be matched is kept"
+    );
+    assert_eq!(read_items(&link, "items").await, items(5));
+}
+
+fn cli(root: &std::path::Path, args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_udfchain"))
+        .arg("--root")
+        .arg(root)
+        .args(args)
+        .output()
+        .expect("run udfchain");
+    assert!(
+        out.status.success(),
+        "udfchain {args:?} under {}: {}",
+        root.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn the_cli_keeps_a_version_under_every_spelling_of_its_root() {
+    let base = tempfile::tempdir().expect("base");
+    let real = base.path().join("r");
+    cli(
+        &real,
+        &[
+            "query",
+            "CREATE DATASET nums AS SELECT * FROM (VALUES (1, 'a'), (2, 'b'), (3, 'c')) AS t(id, name)",
+        ],
+    );
+    let read = |root: &std::path::Path| {
+        let ls = cli(root, &["datasets", "ls", "--format", "csv"]);
+        assert!(
+            ls.starts_with("name,version,rows,bytes,created\nnums,1,3,"),
+            "{ls}"
+        );
+        cli(
+            root,
+            &[
+                "query",
+                "SELECT * FROM read_dataset('nums') ORDER BY id",
+                "--format",
+                "csv",
+            ],
+        )
+    };
+    let expected = read(&real);
+    assert_eq!(expected, "id,name\n1,a\n2,b\n3,c\n");
+
+    let link = base.path().join("link");
+    std::os::unix::fs::symlink(&real, &link).expect("symlink");
+    assert_eq!(read(&link), expected, "through a symlink");
+    assert_eq!(read(&real), expected, "then through the real path again");
+    std::fs::create_dir(base.path().join("x")).expect("mkdir x");
+    assert_eq!(
+        read(&base.path().join("x/../r")),
+        expected,
+        "through x/../r"
+    );
+    let moved = base.path().join("moved");
+    std::fs::rename(&real, &moved).expect("move the root");
+    assert_eq!(read(&moved), expected, "after the root was moved");
+    let info = cli(&moved, &["datasets", "info", "nums"]);
+    assert!(
+        info.contains(&format!(
+            "path:    {}",
+            moved.join("datasets/nums/v1").display()
+        )),
+        "{info}"
+    );
+}
