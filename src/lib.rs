@@ -18,8 +18,8 @@
 //! planner and one physical operator per file; `storage/` stores, listing and
 //! the file source UDFs read through; `cache/` local copies of stored files (the
 //! per-UDF temporary cache and the shared persistent cache); `session/` the
-//! DataFusion context and the UDF pool; the UDF contract itself lives in the
-//! `udfchain-udfs` crate.
+//! DataFusion context and the UDF pool; `util/` small helpers shared by several
+//! layers; the UDF contract itself lives in the `udfchain-udfs` crate.
 
 pub mod cache;
 pub mod chain;
@@ -29,6 +29,7 @@ pub mod plan;
 pub mod script;
 pub mod session;
 pub mod storage;
+pub mod util;
 
 pub use chain::{Chain, OnError, Prefetch, Settings, col};
 pub use dataset::{Catalog, DatasetInfo};

@@ -730,30 +730,3 @@ fn empty_plan() -> LogicalPlan {
 
 /// The data file of a dataset version.
 const DATA_FILE: &str = "data.parquet";
-
-/// The candidate closest to `name` by edit distance, if close enough to be a typo.
-pub(crate) fn closest<'a>(
-    name: &str,
-    candidates: impl IntoIterator<Item = &'a str>,
-) -> Option<&'a str> {
-    let distance = |a: &str, b: &str| {
-        let b: Vec<char> = b.chars().collect();
-        let mut prev: Vec<usize> = (0..=b.len()).collect();
-        for (i, ca) in a.chars().enumerate() {
-            let mut cur = vec![i + 1; b.len() + 1];
-            for (j, cb) in b.iter().enumerate() {
-                cur[j + 1] = (prev[j] + usize::from(ca != *cb))
-                    .min(prev[j + 1] + 1)
-                    .min(cur[j] + 1);
-            }
-            prev = cur;
-        }
-        prev[b.len()]
-    };
-    candidates
-        .into_iter()
-        .map(|c| (distance(&name.to_lowercase(), &c.to_lowercase()), c))
-        .filter(|(d, _)| *d <= (name.len() / 3).max(2))
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, c)| c)
-}

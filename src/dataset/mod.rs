@@ -229,7 +229,7 @@ impl Catalog {
                     Some(v) => format!("dataset {name:?} has no version {v}"),
                     None => format!("no dataset {name:?}"),
                 };
-                match crate::chain::closest(name, known.iter().map(String::as_str)) {
+                match crate::util::closest(name, known.iter().map(String::as_str)) {
                     Some(c) if version.is_none() => {
                         Error::Dataset(format!("{what} (did you mean {c:?}?)"))
                     }

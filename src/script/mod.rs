@@ -23,9 +23,10 @@ use std::sync::{Arc, Mutex};
 use datafusion::arrow::array::{RecordBatch, StringArray, UInt32Array, UInt64Array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 
-use crate::chain::{Chain, Settings, closest};
+use crate::chain::{Chain, Settings};
 use crate::error::{Error, Result};
 use crate::session::Session;
+use crate::util::closest;
 
 /// What a statement produced.
 #[derive(Debug, Clone)]

@@ -1,0 +1,8 @@
+//! Small helpers shared by several layers (imports point down to here only):
+//! owner locks that tell a sweeper whether a dir's owner process is still
+//! running ([`owner`]), closest-name suggestions for "did you mean" ([`closest`]).
+
+pub mod owner;
+
+mod names;
+pub use names::closest;
