@@ -486,7 +486,10 @@ impl Chain {
                     .await?
             }
             Source::Dataset { name, version } => {
-                let info = Catalog::open(&self.settings.get_root())?.get(name, *version)?;
+                let info = Catalog::open_async(self.settings.get_root())
+                    .await?
+                    .get_async(name, *version)
+                    .await?;
                 let path = info.path.join(DATA_FILE);
                 ctx.read_parquet(path.display().to_string(), ParquetReadOptions::default())
                     .await?
@@ -599,23 +602,30 @@ impl Chain {
     }
 
     /// Runs the chain and saves the result as the next version of dataset `name`
-    /// (Parquet under the root dir, registered in the catalog).
+    /// (Parquet under the root dir, registered in the catalog). A bad `name`
+    /// fails before anything runs; catalog work runs on the blocking pool.
     ///
     /// # Cancel safety
-    /// Dropping the future (or killing the process) leaves no visible version;
-    /// the partial files are removed by the next `Catalog::open` under the root.
+    /// Dropping the future before the run has finished leaves no version and
+    /// removes the partial files at once; once the commit has started it runs
+    /// to completion. A killed process leaves no visible version; its partial
+    /// files are removed by the next `Catalog::open` under the root.
     pub async fn save(&self, name: &str) -> Result<DatasetInfo> {
-        let catalog = Catalog::open(&self.settings.get_root())?;
-        let staging = catalog.staging_dir()?;
-        let written = self.write_dataset(&staging).await;
-        let result = match written {
-            Ok((schema, rows, query)) => catalog.commit(name, &staging, &schema, rows, &query),
-            Err(e) => Err(e),
-        };
-        if result.is_err() {
-            let _ = std::fs::remove_dir_all(&staging);
+        crate::dataset::check_name(name)?;
+        let catalog = Catalog::open_async(self.settings.get_root()).await?;
+        let staging = catalog.staging_dir_async().await?;
+        match self.write_dataset(staging.path()).await {
+            Ok((schema, rows, query)) => {
+                catalog
+                    .commit_async(name, staging, schema, rows, query)
+                    .await
+            }
+            Err(e) => {
+                // Removing the partial files is blocking file work too.
+                let _ = tokio::task::spawn_blocking(move || drop(staging)).await;
+                Err(e)
+            }
         }
-        result
     }
 
     async fn write_dataset(&self, dir: &std::path::Path) -> Result<(String, u64, String)> {

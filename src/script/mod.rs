@@ -168,10 +168,9 @@ impl ScriptRunner {
                 self.set(name, value)?;
                 Ok(Output::Message(format!("set {name} = {}", value.trim())))
             }
-            ["SHOW", "DATASETS", ..] => Ok(Output::Table(vec![datasets_table(
-                &self.session,
-                &self.settings(),
-            )?])),
+            ["SHOW", "DATASETS", ..] => {
+                Ok(Output::Table(vec![datasets_table(&self.settings()).await?]))
+            }
             ["CREATE", "DATASET", ..] => {
                 let rest = text["CREATE DATASET".len()..].trim();
                 let (name, query) = rest
@@ -356,9 +355,11 @@ pub fn locate(e: Error, stmt: &Statement) -> Error {
     }
 }
 
-fn datasets_table(session: &Arc<Session>, settings: &Settings) -> Result<RecordBatch> {
-    let _ = session;
-    let list = crate::dataset::Catalog::open(&settings.get_root())?.list()?;
+async fn datasets_table(settings: &Settings) -> Result<RecordBatch> {
+    let list = crate::dataset::Catalog::open_async(settings.get_root())
+        .await?
+        .list_async()
+        .await?;
     let schema = Arc::new(Schema::new(vec![
         Field::new("name", DataType::Utf8, false),
         Field::new("version", DataType::UInt32, false),

@@ -493,3 +493,276 @@ fn the_cli_keeps_a_version_under_every_spelling_of_its_root() {
         "{info}"
     );
 }
+
+/// Run by the staging liveness tests in a child process: holds a staging dir
+/// (with a file in it) until killed.
+#[test]
+#[ignore = "helper: runs only as a child process"]
+fn staging_holder_worker() {
+    let Ok(root) = std::env::var("UDFCHAIN_TEST_STAGING_ROOT") else {
+        return;
+    };
+    let catalog = Catalog::open(std::path::Path::new(&root)).expect("open");
+    let staging = catalog.staging_dir().expect("staging");
+    std::fs::write(staging.path().join("part.parquet"), b"partial").expect("write");
+    println!("holding {}", staging.path().display());
+    std::thread::sleep(Duration::from_secs(600));
+    drop(staging);
+}
+
+/// Starts a child process holding a staging dir under `root`; returns it with the dir.
+fn spawn_staging_holder(root: &std::path::Path) -> (std::process::Child, std::path::PathBuf) {
+    let child = std::process::Command::new(std::env::current_exe().expect("exe"))
+        .args([
+            "--exact",
+            "datasets::staging_holder_worker",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env("UDFCHAIN_TEST_STAGING_ROOT", root)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let held = || {
+        std::fs::read_dir(root.join("datasets/.staging"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.join("part.parquet").exists())
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut dir = held();
+    while dir.is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+        dir = held();
+    }
+    match dir {
+        Some(dir) => (child, dir),
+        None => {
+            kill(child);
+            panic!("the holder never made its dir");
+        }
+    }
+}
+
+fn kill(mut child: std::process::Child) {
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reap");
+}
+
+#[test]
+fn a_staging_dir_held_by_a_live_process_is_kept() {
+    let root = tempfile::tempdir().expect("root");
+    let (child, dir) = spawn_staging_holder(root.path());
+    for _ in 0..2 {
+        Catalog::open(root.path()).expect("open sweeps");
+        assert!(
+            dir.join("part.parquet").exists(),
+            "a live save's staging dir is not touched"
+        );
+    }
+    kill(child);
+}
+
+#[test]
+fn a_staging_dir_whose_holder_was_killed_is_swept() {
+    let root = tempfile::tempdir().expect("root");
+    let (child, dir) = spawn_staging_holder(root.path());
+    kill(child);
+    assert!(dir.exists(), "the killed holder left its dir");
+    Catalog::open(root.path()).expect("open sweeps");
+    assert!(!dir.exists(), "swept at the next open");
+    assert_eq!(staging_entries(root.path()), 0);
+}
+
+#[test]
+fn a_staging_dir_is_swept_even_when_its_pid_belongs_to_a_live_process() {
+    let root = tempfile::tempdir().expect("root");
+    let (child, dir) = spawn_staging_holder(root.path());
+    kill(child);
+    // Pid reuse: the pid recorded for the dir now names a running process (this
+    // one). Liveness comes from the lock, so the dir still goes.
+    std::fs::write(dir.join("owner.pid"), std::process::id().to_string()).expect("pid");
+    Catalog::open(root.path()).expect("open sweeps");
+    assert!(!dir.exists(), "swept although its recorded pid is alive");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_save_removes_its_staging_dir_at_once() {
+    let root = tempfile::tempdir().expect("root");
+    let session = Session::with_settings(Settings::new().root(root.path()));
+    let chain = Chain::from_values_in(Arc::clone(&session), &items(2000))
+        .settings(Settings::new().parallel(1))
+        .map_on(&["id"], "slow", |id: i64| async move {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            Ok::<_, std::io::Error>(id)
+        });
+    let mut save = Box::pin(chain.save("dropped"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while staging_entries(root.path()) == 0 {
+        assert!(Instant::now() < deadline, "the save never started");
+        tokio::select! {
+            r = &mut save => panic!("the save finished early: {r:?}"),
+            _ = tokio::time::sleep(Duration::from_millis(10)) => {}
+        }
+    }
+    drop(save);
+    // Aborted writer tasks stop a moment after the drop.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while staging_entries(root.path()) > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(staging_entries(root.path()), 0, "no staging dir left");
+    assert!(
+        session
+            .catalog()
+            .expect("catalog")
+            .list()
+            .expect("list")
+            .is_empty()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_name_fails_before_anything_runs() {
+    let root = tempfile::tempdir().expect("root");
+    let data = tempfile::tempdir().expect("data");
+    write_files(data.path(), 6, |_| 10);
+    let session = Session::with_settings(Settings::new().root(root.path()));
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = Arc::clone(&calls);
+    let err = session
+        .from_storage(&data.path().display().to_string())
+        .map("x", move |f: File| {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async move { Ok::<_, std::io::Error>(f.size) }
+        })
+        .save("bad name/..")
+        .await
+        .expect_err("bad name");
+    assert!(matches!(err, Error::Dataset(_)), "{err:?}");
+    assert!(
+        err.to_string()
+            .contains("invalid dataset name \"bad name/..\""),
+        "{err}"
+    );
+    assert_eq!(
+        calls.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "no UDF ran"
+    );
+    assert!(
+        !root.path().join("datasets").exists(),
+        "nothing was created"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_catalog_is_a_typed_error_with_its_source() {
+    let root = tempfile::tempdir().expect("root");
+    let db = root.path().join("catalog.sqlite");
+    std::fs::write(&db, vec![b'x'; 4096]).expect("garbage");
+    let check = |err: Error| match err {
+        Error::Catalog { path, source } => {
+            assert_eq!(path, db.display().to_string());
+            assert!(
+                matches!(
+                    &*source,
+                    rusqlite::Error::SqliteFailure(e, _) if e.code == rusqlite::ErrorCode::NotADatabase
+                ),
+                "{source:?}"
+            );
+        }
+        other => panic!("expected Error::Catalog, got {other:?}"),
+    };
+    check(Catalog::open(root.path()).expect_err("not a database"));
+    let session = Session::with_settings(Settings::new().root(root.path()));
+    check(
+        Chain::from_values_in(Arc::clone(&session), &items(2))
+            .save("items")
+            .await
+            .expect_err("save"),
+    );
+    check(
+        session
+            .from_dataset("items")
+            .count()
+            .await
+            .expect_err("read"),
+    );
+}
+
+/// Runs `work` on a current-thread runtime while another thread holds the
+/// catalog's SQLite write lock for a second; returns how often a ticker task
+/// on the same runtime ran while the lock was held. Catalog work done on the
+/// runtime thread itself would stop the ticker for the whole second.
+fn ticks_while_catalog_locked<F: std::future::Future<Output = ()>>(
+    root: &std::path::Path,
+    work: impl FnOnce() -> F,
+) -> usize {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let conn = rusqlite::Connection::open(root.join("catalog.sqlite")).expect("sqlite");
+    conn.execute_batch("BEGIN IMMEDIATE").expect("write lock");
+    let held = Arc::new(AtomicBool::new(true));
+    let releaser = {
+        let held = Arc::clone(&held);
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(1));
+            held.store(false, Ordering::SeqCst);
+            conn.execute_batch("COMMIT").expect("release");
+        })
+    };
+    let ticks = Arc::new(AtomicUsize::new(0));
+    rt.block_on(async {
+        let ticker = {
+            let (held, ticks) = (Arc::clone(&held), Arc::clone(&ticks));
+            tokio::spawn(async move {
+                loop {
+                    if held.load(Ordering::SeqCst) {
+                        ticks.fetch_add(1, Ordering::SeqCst);
+                    }
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            })
+        };
+        tokio::task::yield_now().await;
+        work().await;
+        ticker.abort();
+    });
+    releaser.join().expect("releaser");
+    ticks.load(Ordering::SeqCst)
+}
+
+#[test]
+fn catalog_work_never_blocks_the_async_runtime() {
+    let root = tempfile::tempdir().expect("root");
+    Catalog::open(root.path()).expect("create");
+    let session = Session::with_settings(Settings::new().root(root.path()));
+    let ticks = ticks_while_catalog_locked(root.path(), || async {
+        let info = Chain::from_values_in(Arc::clone(&session), &items(3))
+            .save("items")
+            .await
+            .expect("save");
+        assert_eq!(info.version, 1);
+    });
+    assert!(ticks > 10, "save: other tasks ran only {ticks} times");
+    let ticks = ticks_while_catalog_locked(root.path(), || async {
+        let n = session.from_dataset("items").count().await.expect("read");
+        assert_eq!(n, 3);
+        let out = udfchain::ScriptRunner::new(Arc::clone(&session))
+            .run("SHOW DATASETS")
+            .await
+            .expect("show");
+        assert!(matches!(&out[..], [udfchain::Output::Table(b)] if b[0].num_rows() == 1));
+    });
+    assert!(
+        ticks > 10,
+        "read and SHOW DATASETS: other tasks ran only {ticks} times"
+    );
+}
