@@ -104,7 +104,8 @@ impl Session {
         Chain::from_dataset(name).in_session(Arc::clone(self))
     }
 
-    /// The dataset catalog under this session's root dir.
+    /// The dataset catalog under this session's root dir. Blocks on SQLite:
+    /// async code can use [`crate::dataset::Catalog::open_async`].
     pub fn catalog(&self) -> Result<crate::dataset::Catalog> {
         crate::dataset::Catalog::open(&self.settings.get_root())
     }

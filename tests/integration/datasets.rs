@@ -1,5 +1,9 @@
 //! Datasets: typed save/read round trip, versions, rm, atomic saves (a child
-//! killed with SIGKILL mid-save leaves nothing visible), concurrent saves.
+//! killed with SIGKILL mid-save leaves nothing visible), concurrent saves; a
+//! version survives its root being opened through a symlink, `..` or after a
+//! move (Catalog API and CLI); staging liveness by owner lock (live and killed
+//! holders, pid reuse, dropped saves); names checked before the run; catalog
+//! errors typed; catalog work off the async runtime.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -765,4 +769,34 @@ fn catalog_work_never_blocks_the_async_runtime() {
         ticks > 10,
         "read and SHOW DATASETS: other tasks ran only {ticks} times"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_removes_unregistered_version_dirs_and_keeps_what_it_cannot_match() {
+    let root = tempfile::tempdir().expect("root");
+    save_items(root.path(), "items", 5).await;
+    let dir = root.path().join("datasets/items");
+    // What a save killed between its rename and its insert leaves: a version dir
+    // without a row. And entries that are not version dirs at all.
+    std::fs::create_dir(dir.join("v2")).expect("v2");
+    std::fs::write(dir.join("v2/data.parquet"), b"partial").expect("write");
+    std::fs::create_dir(dir.join("notes")).expect("notes");
+    std::fs::write(dir.join("v3"), b"a file, not a dir").expect("file");
+    let catalog = Catalog::open(root.path()).expect("open sweeps");
+    assert!(
+        !dir.join("v2").exists(),
+        "the unregistered version is removed"
+    );
+    assert!(
+        dir.join("v1/data.parquet").is_file(),
+        "the registered one is kept"
+    );
+    assert!(
+        dir.join("notes").is_dir() && dir.join("v3").is_file(),
+        "unknown entries kept"
+    );
+    assert_eq!(catalog.list().expect("list").len(), 1);
+    let next = save_items(root.path(), "items", 2).await;
+    assert_eq!(next.version, 2);
+    assert_eq!(read_items(root.path(), "items").await, items(2));
 }
