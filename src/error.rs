@@ -41,9 +41,17 @@ pub enum Error {
     #[error("invalid chain: {0}")]
     Plan(String),
 
-    /// A dataset that does not exist, a bad dataset name, a catalog failure.
+    /// A dataset that does not exist, a bad dataset name.
     #[error("{0}")]
     Dataset(String),
+
+    /// The dataset catalog (SQLite) at `path` failed.
+    #[error("dataset catalog {path}: {source}")]
+    Catalog {
+        path: String,
+        #[source]
+        source: Arc<rusqlite::Error>,
+    },
 
     /// An error in a script, at a line and column (1-based).
     #[error("line {line}, column {column}: {source}")]

@@ -174,7 +174,7 @@ async fn run(cli: Cli) -> udfchain::Result<()> {
             out.print(&chain.collect().await?)
         }
         Command::Datasets { command } => {
-            let catalog = Catalog::open(&settings.get_root())?;
+            let catalog = Catalog::open_async(settings.get_root()).await?;
             match command {
                 DatasetsCommand::Ls => {
                     let runner = ScriptRunner::new(session);
@@ -184,7 +184,7 @@ async fn run(cli: Cli) -> udfchain::Result<()> {
                     }
                 }
                 DatasetsCommand::Info { name, version } => {
-                    let i = catalog.get(&name, version)?;
+                    let i = catalog.get_async(&name, version).await?;
                     println!(
                         "name:    {}\nversion: {}\nrows:    {}\nbytes:   {}\npath:    {}\nschema:\n  {}\nquery:\n  {}",
                         i.name,
@@ -198,7 +198,7 @@ async fn run(cli: Cli) -> udfchain::Result<()> {
                     Ok(())
                 }
                 DatasetsCommand::Rm { name, version } => {
-                    let n = catalog.remove(&name, version)?;
+                    let n = catalog.remove_async(&name, version).await?;
                     println!("removed {n} version(s) of {name}");
                     Ok(())
                 }

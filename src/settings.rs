@@ -241,7 +241,7 @@ impl Settings {
                 _ => return Err(bad("fail, skip or null")),
             }),
             _ => {
-                let hint = crate::chain::closest(name, Self::NAMES.iter().copied())
+                let hint = crate::util::closest(name, Self::NAMES.iter().copied())
                     .map(|c| format!(" (did you mean {c}?)"))
                     .unwrap_or_default();
                 return Err(crate::Error::Plan(format!(

@@ -6,9 +6,11 @@
 //! plus the files being processed; a file held in memory is written to the dir
 //! only when a UDF asks for its path;
 //! the whole dir is removed when the cache is dropped (the UDF's stream ended,
-//! failed, was dropped or unwound from a panic); a dir whose owner process is
-//! gone (killed with SIGKILL) is swept by the next `TempCache::create` under the
-//! same root.
+//! failed, was dropped or unwound from a panic); the process holds the dir's
+//! owner lock ([`crate::util::owner`]) for the cache's life, so a dir whose lock
+//! is free (its owner was killed with SIGKILL) is swept by the next
+//! `TempCache::create` under the same root, and a live owner's dir never is,
+//! whatever the pid or the OS.
 
 use std::collections::HashMap;
 use std::collections::HashSet;
@@ -20,13 +22,14 @@ use udfchain_udfs::File;
 
 use crate::error::{Error, Result};
 use crate::storage::source::LocalCopies;
-
-const OWNER: &str = "owner.pid";
+use crate::util::owner::{self, OwnerLock};
 
 /// A temporary dir of prefetched files, with reference counts per file.
 #[derive(Debug)]
 pub struct TempCache {
     dir: PathBuf,
+    /// Held until the dir is removed (fields drop after `Drop::drop`).
+    _owner: OwnerLock,
     entries: Mutex<HashMap<String, Entry>>,
     next: AtomicU64,
     fallback: Option<Arc<dyn LocalCopies>>,
@@ -46,7 +49,8 @@ enum Held {
 }
 
 impl TempCache {
-    /// Creates `root/tmp/prefetch-<pid>-<n>`, first sweeping dirs of dead processes.
+    /// Creates `root/tmp/prefetch-<pid>-<n>` (owned by this process), first
+    /// sweeping dirs whose owner is gone.
     /// `fallback` serves files this cache does not hold (the shared cache).
     pub fn create(root: &Path, fallback: Option<Arc<dyn LocalCopies>>) -> Result<Arc<Self>> {
         let tmp = root.join("tmp");
@@ -70,12 +74,11 @@ impl TempCache {
             std::process::id(),
             COUNTER.fetch_add(1, Ordering::Relaxed)
         ));
-        std::fs::create_dir_all(&dir).map_err(|e| Error::io(dir.display(), e))?;
-        let owner = dir.join(OWNER);
-        std::fs::write(&owner, std::process::id().to_string())
-            .map_err(|e| Error::io(owner.display(), e))?;
+        std::fs::create_dir_all(&tmp).map_err(|e| Error::io(tmp.display(), e))?;
+        let owner = OwnerLock::create_dir(&dir).map_err(|e| Error::io(dir.display(), e))?;
         Ok(Arc::new(Self {
             dir,
+            _owner: owner,
             entries: Mutex::new(HashMap::new()),
             next: AtomicU64::new(0),
             fallback,
@@ -208,42 +211,40 @@ fn key(file: &File) -> String {
     format!("{}\u{0}{}", file.source, file.path)
 }
 
-/// Removes `prefetch-*` dirs under `tmp` whose owner process no longer exists.
+/// Removes `prefetch-*` dirs under `tmp` whose owner lock is free (the owner
+/// process is gone); a dir without a lock file only once it is older than
+/// [`owner::GRACE`].
 pub fn sweep_orphans(tmp: &Path) {
     let Ok(dirs) = std::fs::read_dir(tmp) else {
         return;
     };
     for d in dirs.flatten() {
-        let path = d.path();
-        let is_prefetch = d.file_name().to_string_lossy().starts_with("prefetch-");
-        if !is_prefetch {
-            continue;
-        }
-        let owner = std::fs::read_to_string(path.join(OWNER))
-            .ok()
-            .and_then(|s| s.trim().parse::<u32>().ok());
-        let alive = match owner {
-            Some(pid) => process_alive(pid),
-            // No owner file: a dir still being created, or broken; keep a young one.
-            None => d
-                .metadata()
-                .and_then(|m| m.modified())
-                .map(|t| t.elapsed().map(|e| e.as_secs() < 60).unwrap_or(true))
-                .unwrap_or(true),
-        };
-        if !alive {
-            let _ = std::fs::remove_dir_all(&path);
+        if d.file_name().to_string_lossy().starts_with("prefetch-") {
+            let _ = owner::remove_if_orphan(&d.path(), owner::GRACE);
         }
     }
 }
 
-pub(crate) fn process_alive(pid: u32) -> bool {
-    if pid == std::process::id() {
-        return true;
-    }
-    if cfg!(target_os = "linux") {
-        Path::new("/proc").join(pid.to_string()).exists()
-    } else {
-        true
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_held_dir_is_kept_and_a_dir_with_a_free_lock_is_swept_whatever_its_pid() {
+        let root = tempfile::tempdir().expect("root");
+        let tmp = root.path().join("tmp");
+        let live = TempCache::create(root.path(), None).expect("create");
+        // A dir whose owner is gone (lock released), with a pid file naming a
+        // running process (this one), as after pid reuse.
+        let orphan = tmp.join("prefetch-orphan");
+        drop(OwnerLock::create_dir(&orphan).expect("orphan"));
+        std::fs::write(orphan.join("owner.pid"), std::process::id().to_string()).expect("pid");
+        std::fs::write(orphan.join("0.bin"), b"left over").expect("file");
+        sweep_orphans(&tmp);
+        assert!(live.dir().exists(), "a live cache's dir is kept");
+        assert!(!orphan.exists(), "a dir with a free lock is swept");
+        let dir = live.dir().to_path_buf();
+        drop(live);
+        assert!(!dir.exists(), "removed when the cache is dropped");
     }
 }

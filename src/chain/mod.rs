@@ -486,7 +486,10 @@ impl Chain {
                     .await?
             }
             Source::Dataset { name, version } => {
-                let info = Catalog::open(&self.settings.get_root())?.get(name, *version)?;
+                let info = Catalog::open_async(self.settings.get_root())
+                    .await?
+                    .get_async(name, *version)
+                    .await?;
                 let path = info.path.join(DATA_FILE);
                 ctx.read_parquet(path.display().to_string(), ParquetReadOptions::default())
                     .await?
@@ -599,23 +602,30 @@ impl Chain {
     }
 
     /// Runs the chain and saves the result as the next version of dataset `name`
-    /// (Parquet under the root dir, registered in the catalog).
+    /// (Parquet under the root dir, registered in the catalog). A bad `name`
+    /// fails before anything runs; catalog work runs on the blocking pool.
     ///
     /// # Cancel safety
-    /// Dropping the future (or killing the process) leaves no visible version;
-    /// the partial files are removed by the next `Catalog::open` under the root.
+    /// Dropping the future before the run has finished leaves no version and
+    /// removes the partial files at once; once the commit has started it runs
+    /// to completion. A killed process leaves no visible version; its partial
+    /// files are removed by the next `Catalog::open` under the root.
     pub async fn save(&self, name: &str) -> Result<DatasetInfo> {
-        let catalog = Catalog::open(&self.settings.get_root())?;
-        let staging = catalog.staging_dir()?;
-        let written = self.write_dataset(&staging).await;
-        let result = match written {
-            Ok((schema, rows, query)) => catalog.commit(name, &staging, &schema, rows, &query),
-            Err(e) => Err(e),
-        };
-        if result.is_err() {
-            let _ = std::fs::remove_dir_all(&staging);
+        crate::dataset::check_name(name)?;
+        let catalog = Catalog::open_async(self.settings.get_root()).await?;
+        let staging = catalog.staging_dir_async().await?;
+        match self.write_dataset(staging.path()).await {
+            Ok((schema, rows, query)) => {
+                catalog
+                    .commit_async(name, staging, schema, rows, query)
+                    .await
+            }
+            Err(e) => {
+                // Removing the partial files is blocking file work too.
+                let _ = tokio::task::spawn_blocking(move || drop(staging)).await;
+                Err(e)
+            }
         }
-        result
     }
 
     async fn write_dataset(&self, dir: &std::path::Path) -> Result<(String, u64, String)> {
@@ -733,33 +743,6 @@ fn empty_plan() -> LogicalPlan {
 /// The data file of a dataset version.
 const DATA_FILE: &str = "data.parquet";
 
-/// The candidate closest to `name` by edit distance, if close enough to be a typo.
-pub(crate) fn closest<'a>(
-    name: &str,
-    candidates: impl IntoIterator<Item = &'a str>,
-) -> Option<&'a str> {
-    let distance = |a: &str, b: &str| {
-        let b: Vec<char> = b.chars().collect();
-        let mut prev: Vec<usize> = (0..=b.len()).collect();
-        for (i, ca) in a.chars().enumerate() {
-            let mut cur = vec![i + 1; b.len() + 1];
-            for (j, cb) in b.iter().enumerate() {
-                cur[j + 1] = (prev[j] + usize::from(ca != *cb))
-                    .min(prev[j + 1] + 1)
-                    .min(cur[j] + 1);
-            }
-            prev = cur;
-        }
-        prev[b.len()]
-    };
-    candidates
-        .into_iter()
-        .map(|c| (distance(&name.to_lowercase(), &c.to_lowercase()), c))
-        .filter(|(d, _)| *d <= (name.len() / 3).max(2))
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, c)| c)
-}
-
 /// The chains and the catalog of a session: here rather than in `session/`, which
 /// sits below the builder and the catalog and does not import them.
 impl Session {
@@ -768,7 +751,8 @@ impl Session {
         Chain::from_dataset(name).in_session(Arc::clone(self))
     }
 
-    /// The dataset catalog under this session's root dir.
+    /// The dataset catalog under this session's root dir. Blocks on SQLite:
+    /// async code can use [`Catalog::open_async`].
     pub fn catalog(&self) -> Result<Catalog> {
         Catalog::open(&self.settings().get_root())
     }

@@ -4,26 +4,49 @@
 //! Guarantees: a save is atomic — its data is written to a staging dir first,
 //! and one SQLite `IMMEDIATE` transaction allocates the next version, renames the
 //! staging dir into place and inserts the row; a failed or killed save leaves no
-//! visible version, and its staging dir (owner process gone) or an unregistered
-//! version dir is removed by the next `Catalog::open`. Saves of one name from
-//! several threads or processes get distinct, increasing versions.
+//! visible version, and its staging dir or an unregistered version dir is
+//! removed by the next `Catalog::open`. Saves of one name from several threads
+//! or processes get distinct, increasing versions.
+//!
+//! A staging dir belongs to the process holding its owner lock
+//! ([`crate::util::owner`]) until the commit moves it into place, or until its
+//! [`Staging`] guard is dropped (which removes it); `open` removes only staging
+//! dirs whose lock it can take, so a save running in another process is never
+//! disturbed, whatever the pid or the OS.
+//!
+//! SQLite work is blocking: the sync API is for sync callers, the `*_async`
+//! wrappers run it on tokio's blocking pool for the engine.
+//!
+//! Rows hold version paths relative to the root (`datasets/<name>/v<N>`) and
+//! [`DatasetInfo::path`] is resolved against the root as opened, so a root
+//! reached through a symlink, through `..` or after being moved reads the same
+//! versions. The sweep decides from catalog rows (name, version), never from how
+//! a path is spelled: a committed version is never removed by `open`. Rows of
+//! older catalogs holding absolute paths are rewritten to relative at open when
+//! they lie under the root, and kept as they are otherwise.
+//!
+//! Errors: SQLite failures are [`Error::Catalog`] (the catalog file and the
+//! `rusqlite` error); a missing dataset or version and a bad name are
+//! [`Error::Dataset`] messages.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use crate::error::{Error, Result};
-
-const OWNER: &str = "owner.pid";
+use crate::util::owner::{self, OwnerLock};
 
 /// One version of a dataset.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DatasetInfo {
     pub name: String,
     pub version: u32,
-    /// The directory holding the version's Parquet file(s).
+    /// The directory holding the version's Parquet file(s), resolved against
+    /// the root the catalog was opened with.
     pub path: PathBuf,
     /// One `name: type` per line.
     pub schema: String,
@@ -41,8 +64,39 @@ pub struct Catalog {
     root: PathBuf,
 }
 
-fn sql_err(e: rusqlite::Error) -> Error {
-    Error::Dataset(format!("catalog: {e}"))
+/// A staging dir a save writes into: owned (locked) by this process until
+/// [`Catalog::commit`] moves it into place; dropping it uncommitted removes it.
+#[derive(Debug)]
+pub struct Staging {
+    dir: PathBuf,
+    lock: Option<OwnerLock>,
+}
+
+impl Staging {
+    /// Where to write the version's files.
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        if let Some(lock) = self.lock.take() {
+            // Removed while still locked, so no sweeper races with us.
+            let _ = std::fs::remove_dir_all(&self.dir);
+            drop(lock);
+        }
+    }
+}
+
+/// Runs catalog work on tokio's blocking pool (SQLite and file system calls
+/// block); a panic in it resumes here.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => r,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => Err(Error::Dataset(format!("catalog task cancelled: {e}"))),
+    }
 }
 
 impl Catalog {
@@ -53,6 +107,7 @@ impl Catalog {
         let cat = Self { root };
         std::fs::create_dir_all(cat.staging_root())
             .map_err(|e| Error::io(cat.staging_root().display(), e))?;
+        let sql = cat.sql_err();
         let conn = cat.connect()?;
         conn.execute_batch(
             "CREATE TABLE IF NOT EXISTS versions (
@@ -67,16 +122,48 @@ impl Catalog {
                 PRIMARY KEY (name, version)
             );",
         )
-        .map_err(sql_err)?;
+        .map_err(&sql)?;
         cat.sweep(conn)?;
         Ok(cat)
     }
 
+    /// [`Catalog::open`] on the blocking pool.
+    ///
+    /// # Cancel safety
+    /// Dropping the future does not stop the open (and its sweep) once started.
+    pub async fn open_async(root: PathBuf) -> Result<Self> {
+        blocking(move || Self::open(&root)).await
+    }
+
+    /// The catalog's SQLite file.
+    pub fn db_path(&self) -> PathBuf {
+        self.root.join("catalog.sqlite")
+    }
+
+    /// Maps a SQLite error to [`Error::Catalog`] naming this catalog's file.
+    fn sql_err(&self) -> impl Fn(rusqlite::Error) -> Error + use<> {
+        let path = self.db_path().display().to_string();
+        move |e| Error::Catalog {
+            path: path.clone(),
+            source: Arc::new(e),
+        }
+    }
+
+    /// The root dir as opened (absolute, not canonicalized).
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// A row's path resolved against the root as opened; an absolute path (an
+    /// older catalog's row outside the root) is kept as it is.
+    fn resolve(&self, stored: &str) -> PathBuf {
+        self.root.join(stored)
+    }
+
     fn connect(&self) -> Result<Connection> {
-        let db = self.root.join("catalog.sqlite");
-        let conn = Connection::open(&db).map_err(sql_err)?;
-        conn.busy_timeout(Duration::from_secs(30))
-            .map_err(sql_err)?;
+        let sql = self.sql_err();
+        let conn = Connection::open(self.db_path()).map_err(&sql)?;
+        conn.busy_timeout(Duration::from_secs(30)).map_err(&sql)?;
         // Switching to WAL takes an exclusive lock and can report SQLITE_BUSY
         // without waiting on the busy handler while another process opens the
         // same new catalog; retry for as long as the busy timeout.
@@ -90,7 +177,7 @@ impl Catalog {
                 {
                     std::thread::sleep(Duration::from_millis(5));
                 }
-                Err(e) => return Err(sql_err(e)),
+                Err(e) => return Err(sql(e)),
             }
         }
     }
@@ -103,8 +190,9 @@ impl Catalog {
         self.datasets_root().join(".staging")
     }
 
-    /// A new staging dir for a save by this process.
-    pub fn staging_dir(&self) -> Result<PathBuf> {
+    /// A new staging dir for a save by this process, locked by it until
+    /// committed or dropped.
+    pub fn staging_dir(&self) -> Result<Staging> {
         static N: AtomicU64 = AtomicU64::new(0);
         let dir = self.staging_root().join(format!(
             "{}-{}-{}",
@@ -115,36 +203,46 @@ impl Catalog {
                 .unwrap_or(0),
             N.fetch_add(1, Ordering::Relaxed)
         ));
-        std::fs::create_dir_all(&dir).map_err(|e| Error::io(dir.display(), e))?;
-        std::fs::write(dir.join(OWNER), std::process::id().to_string())
-            .map_err(|e| Error::io(dir.display(), e))?;
-        Ok(dir)
+        let staging_root = self.staging_root();
+        std::fs::create_dir_all(&staging_root).map_err(|e| Error::io(staging_root.display(), e))?;
+        let lock = OwnerLock::create_dir(&dir).map_err(|e| Error::io(dir.display(), e))?;
+        Ok(Staging {
+            dir,
+            lock: Some(lock),
+        })
     }
 
-    /// Registers the data in `staging` as the next version of `name`.
+    /// [`Catalog::staging_dir`] on the blocking pool.
+    pub async fn staging_dir_async(&self) -> Result<Staging> {
+        let cat = self.clone();
+        blocking(move || cat.staging_dir()).await
+    }
+
+    /// Registers the data in `staging` as the next version of `name`. On
+    /// failure the staging dir is removed (with the guard).
     pub fn commit(
         &self,
         name: &str,
-        staging: &Path,
+        mut staging: Staging,
         schema: &str,
         rows: u64,
         query: &str,
     ) -> Result<DatasetInfo> {
         check_name(name)?;
-        let _ = std::fs::remove_file(staging.join(OWNER));
-        let bytes = dir_bytes(staging);
+        let sql = self.sql_err();
         let mut conn = self.connect()?;
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(sql_err)?;
+            .map_err(&sql)?;
         let version: u32 = tx
             .query_row(
                 "SELECT COALESCE(MAX(version), 0) + 1 FROM versions WHERE name = ?1",
                 params![name],
                 |r| r.get(0),
             )
-            .map_err(sql_err)?;
-        let path = self.datasets_root().join(name).join(format!("v{version}"));
+            .map_err(&sql)?;
+        let relative = version_dir(name, version);
+        let path = self.root.join(&relative);
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(|e| Error::io(parent.display(), e))?;
         }
@@ -152,7 +250,20 @@ impl Catalog {
         if path.exists() {
             std::fs::remove_dir_all(&path).map_err(|e| Error::io(path.display(), e))?;
         }
-        std::fs::rename(staging, &path).map_err(|e| Error::io(path.display(), e))?;
+        // Under the write lock, which `open` sweeps staging dirs under too:
+        // give the dir up (its lock file goes), then move it into place.
+        let dir = staging.dir.clone();
+        if let Some(lock) = staging.lock.take()
+            && let Err(e) = lock.release()
+        {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(Error::io(dir.display(), e));
+        }
+        let bytes = dir_bytes(&dir);
+        if let Err(e) = std::fs::rename(&dir, &path) {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(Error::io(path.display(), e));
+        }
         let created = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs() as i64)
@@ -173,7 +284,7 @@ impl Catalog {
             params![
                 name,
                 version,
-                path.display().to_string(),
+                relative,
                 schema,
                 rows as i64,
                 bytes as i64,
@@ -185,19 +296,36 @@ impl Catalog {
             Ok(()) => Ok(info),
             Err(e) => {
                 let _ = std::fs::remove_dir_all(&path);
-                Err(sql_err(e))
+                Err(sql(e))
             }
         }
+    }
+
+    /// [`Catalog::commit`] on the blocking pool.
+    ///
+    /// # Cancel safety
+    /// Once started, the commit runs to completion even if the future is
+    /// dropped: the version then exists (or, on failure, the staging dir is gone).
+    pub async fn commit_async(
+        &self,
+        name: &str,
+        staging: Staging,
+        schema: String,
+        rows: u64,
+        query: String,
+    ) -> Result<DatasetInfo> {
+        let (cat, name) = (self.clone(), name.to_string());
+        blocking(move || cat.commit(&name, staging, &schema, rows, &query)).await
     }
 
     /// Version `version` of `name`, or its latest.
     pub fn get(&self, name: &str, version: Option<u32>) -> Result<DatasetInfo> {
         let conn = self.connect()?;
-        let sql = "SELECT name, version, path, schema, rows, bytes, created, query FROM versions
+        let query = "SELECT name, version, path, schema, rows, bytes, created, query FROM versions
                    WHERE name = ?1 AND (?2 IS NULL OR version = ?2) ORDER BY version DESC LIMIT 1";
-        conn.query_row(sql, params![name, version], row_info)
+        conn.query_row(query, params![name, version], |r| self.row_info(r))
             .optional()
-            .map_err(sql_err)?
+            .map_err(self.sql_err())?
             .ok_or_else(|| {
                 let known = self
                     .list()
@@ -207,7 +335,7 @@ impl Catalog {
                     Some(v) => format!("dataset {name:?} has no version {v}"),
                     None => format!("no dataset {name:?}"),
                 };
-                match crate::chain::closest(name, known.iter().map(String::as_str)) {
+                match crate::util::closest(name, known.iter().map(String::as_str)) {
                     Some(c) if version.is_none() => {
                         Error::Dataset(format!("{what} (did you mean {c:?}?)"))
                     }
@@ -216,32 +344,46 @@ impl Catalog {
             })
     }
 
+    /// [`Catalog::get`] on the blocking pool.
+    pub async fn get_async(&self, name: &str, version: Option<u32>) -> Result<DatasetInfo> {
+        let (cat, name) = (self.clone(), name.to_string());
+        blocking(move || cat.get(&name, version)).await
+    }
+
     /// Every version of every dataset, by name then version.
     pub fn list(&self) -> Result<Vec<DatasetInfo>> {
+        let sql = self.sql_err();
         let conn = self.connect()?;
         let mut stmt = conn
             .prepare("SELECT name, version, path, schema, rows, bytes, created, query FROM versions ORDER BY name, version")
-            .map_err(sql_err)?;
-        let rows = stmt.query_map([], row_info).map_err(sql_err)?;
-        rows.collect::<Result<Vec<_>, _>>().map_err(sql_err)
+            .map_err(&sql)?;
+        let rows = stmt.query_map([], |r| self.row_info(r)).map_err(&sql)?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(&sql)
+    }
+
+    /// [`Catalog::list`] on the blocking pool.
+    pub async fn list_async(&self) -> Result<Vec<DatasetInfo>> {
+        let cat = self.clone();
+        blocking(move || cat.list()).await
     }
 
     /// Removes one version of `name`, or all of them; returns how many.
     pub fn remove(&self, name: &str, version: Option<u32>) -> Result<usize> {
+        let sql = self.sql_err();
         let mut conn = self.connect()?;
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(sql_err)?;
+            .map_err(&sql)?;
         let paths: Vec<String> = {
             let mut stmt = tx
                 .prepare(
                     "SELECT path FROM versions WHERE name = ?1 AND (?2 IS NULL OR version = ?2)",
                 )
-                .map_err(sql_err)?;
+                .map_err(&sql)?;
             let rows = stmt
                 .query_map(params![name, version], |r| r.get(0))
-                .map_err(sql_err)?;
-            rows.collect::<Result<Vec<_>, _>>().map_err(sql_err)?
+                .map_err(&sql)?;
+            rows.collect::<Result<Vec<_>, _>>().map_err(&sql)?
         };
         if paths.is_empty() {
             return Err(self
@@ -253,10 +395,10 @@ impl Catalog {
             "DELETE FROM versions WHERE name = ?1 AND (?2 IS NULL OR version = ?2)",
             params![name, version],
         )
-        .map_err(sql_err)?;
-        tx.commit().map_err(sql_err)?;
+        .map_err(&sql)?;
+        tx.commit().map_err(&sql)?;
         for p in &paths {
-            let _ = std::fs::remove_dir_all(p);
+            let _ = std::fs::remove_dir_all(self.resolve(p));
         }
         if version.is_none() {
             let _ = std::fs::remove_dir(self.datasets_root().join(name));
@@ -264,62 +406,120 @@ impl Catalog {
         Ok(paths.len())
     }
 
-    /// Removes staging dirs of dead processes and version dirs with no catalog row.
+    /// [`Catalog::remove`] on the blocking pool.
+    pub async fn remove_async(&self, name: &str, version: Option<u32>) -> Result<usize> {
+        let (cat, name) = (self.clone(), name.to_string());
+        blocking(move || cat.remove(&name, version)).await
+    }
+
+    /// Rewrites absolute row paths that lie under the root to relative ones,
+    /// removes staging dirs whose owner lock is free and `v<N>` dirs with no
+    /// catalog row for (name, N). Anything it cannot match is kept.
     fn sweep(&self, mut conn: Connection) -> Result<()> {
-        if let Ok(dirs) = std::fs::read_dir(self.staging_root()) {
-            for d in dirs.flatten() {
-                let owner = std::fs::read_to_string(d.path().join(OWNER))
-                    .ok()
-                    .and_then(|s| s.trim().parse::<u32>().ok());
-                if owner.is_some_and(|pid| !crate::cache::temp::process_alive(pid)) {
-                    let _ = std::fs::remove_dir_all(d.path());
-                }
-            }
-        }
-        // Under the write lock, so no save is between its rename and its insert.
+        let sql = self.sql_err();
+        // Under the write lock, so no save is between giving up its staging
+        // dir and its insert.
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(sql_err)?;
-        let known: std::collections::HashSet<String> = {
-            let mut stmt = tx.prepare("SELECT path FROM versions").map_err(sql_err)?;
+            .map_err(&sql)?;
+        if let Ok(dirs) = std::fs::read_dir(self.staging_root()) {
+            for d in dirs.flatten() {
+                let _ = owner::remove_if_orphan(&d.path(), owner::GRACE);
+            }
+        }
+        let rows: Vec<(String, u32, String)> = {
+            let mut stmt = tx
+                .prepare("SELECT name, version, path FROM versions")
+                .map_err(&sql)?;
             let rows = stmt
-                .query_map([], |r| r.get::<_, String>(0))
-                .map_err(sql_err)?;
-            rows.collect::<Result<_, _>>().map_err(sql_err)?
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .map_err(&sql)?;
+            rows.collect::<Result<_, _>>().map_err(&sql)?
         };
+        for (name, version, path) in &rows {
+            if let Some(relative) = self.migrated(name, *version, Path::new(path)) {
+                tx.execute(
+                    "UPDATE versions SET path = ?1 WHERE name = ?2 AND version = ?3",
+                    params![relative, name, version],
+                )
+                .map_err(&sql)?;
+            }
+        }
+        let known: HashSet<(&str, u32)> = rows.iter().map(|(n, v, _)| (n.as_str(), *v)).collect();
         if let Ok(names) = std::fs::read_dir(self.datasets_root()) {
-            for n in names
-                .flatten()
-                .filter(|n| !n.file_name().to_string_lossy().starts_with('.'))
-            {
+            for n in names.flatten() {
+                let Some(name) = n.file_name().to_str().map(str::to_string) else {
+                    continue;
+                };
+                if name.starts_with('.') {
+                    continue;
+                }
                 let Ok(versions) = std::fs::read_dir(n.path()) else {
                     continue;
                 };
                 for v in versions.flatten() {
-                    if !known.contains(&v.path().display().to_string()) {
+                    let number = v
+                        .file_name()
+                        .to_str()
+                        .and_then(|f| f.strip_prefix('v'))
+                        .and_then(|n| n.parse::<u32>().ok());
+                    let is_dir = v.file_type().is_ok_and(|t| t.is_dir());
+                    if let Some(number) = number
+                        && is_dir
+                        && !known.contains(&(name.as_str(), number))
+                    {
                         let _ = std::fs::remove_dir_all(v.path());
                     }
                 }
             }
         }
-        tx.commit().map_err(sql_err)
+        tx.commit().map_err(&sql)
+    }
+
+    /// The relative path to store for a row whose stored `path` is absolute and
+    /// names this root's dir of (name, version) under any spelling: the same
+    /// string prefix, the same dir through symlinks or `..`, or a root that was
+    /// moved (the old path is gone, the version's dir is under this root).
+    /// `None` for a relative path or a dir elsewhere.
+    fn migrated(&self, name: &str, version: u32, path: &Path) -> Option<String> {
+        if !path.is_absolute() {
+            return None;
+        }
+        let relative = version_dir(name, version);
+        let here = self.root.join(&relative);
+        let under_root = path
+            .strip_prefix(&self.root)
+            .is_ok_and(|r| r == Path::new(&relative));
+        let same_dir = match (std::fs::canonicalize(path), std::fs::canonicalize(&here)) {
+            (Ok(a), Ok(b)) => a == b,
+            _ => false,
+        };
+        let moved = path.ends_with(&relative) && !path.exists() && here.is_dir();
+        (under_root || same_dir || moved).then_some(relative)
+    }
+
+    fn row_info(&self, r: &rusqlite::Row<'_>) -> rusqlite::Result<DatasetInfo> {
+        Ok(DatasetInfo {
+            name: r.get(0)?,
+            version: r.get(1)?,
+            path: self.resolve(&r.get::<_, String>(2)?),
+            schema: r.get(3)?,
+            rows: r.get::<_, i64>(4)? as u64,
+            bytes: r.get::<_, i64>(5)? as u64,
+            created: r.get(6)?,
+            query: r.get(7)?,
+        })
     }
 }
 
-fn row_info(r: &rusqlite::Row<'_>) -> rusqlite::Result<DatasetInfo> {
-    Ok(DatasetInfo {
-        name: r.get(0)?,
-        version: r.get(1)?,
-        path: PathBuf::from(r.get::<_, String>(2)?),
-        schema: r.get(3)?,
-        rows: r.get::<_, i64>(4)? as u64,
-        bytes: r.get::<_, i64>(5)? as u64,
-        created: r.get(6)?,
-        query: r.get(7)?,
-    })
+/// Where version `version` of `name` lives, relative to the root.
+fn version_dir(name: &str, version: u32) -> String {
+    format!("datasets/{name}/v{version}")
 }
 
-fn check_name(name: &str) -> Result<()> {
+/// Checks `name` can be a dataset name (and a dir name): letters, digits,
+/// `_`, `-`, `.`, not starting with a dot.
+pub(crate) fn check_name(name: &str) -> Result<()> {
     let ok = !name.is_empty()
         && !name.starts_with('.')
         && name

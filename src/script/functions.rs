@@ -201,9 +201,15 @@ impl TableFunctionImpl for TableFn {
                             .map_err(|_| DataFusionError::Plan(format!("bad version {v:?}")))
                     })
                     .transpose()?;
-                let info = Catalog::open(&settings.get_root())
-                    .and_then(|c| c.get(&first, version))
-                    .map_err(Error::into_df)?;
+                // Catalog work blocks: it runs on the blocking pool.
+                let root = settings.get_root();
+                let info = block(async move {
+                    Catalog::open_async(root)
+                        .await?
+                        .get_async(&first, version)
+                        .await
+                })?
+                .map_err(Error::into_df)?;
                 let path = info.path.join("data.parquet").display().to_string();
                 let df = block(ctx().read_parquet(path, ParquetReadOptions::default()))??;
                 Ok(df.into_view())

@@ -23,9 +23,10 @@ use std::sync::{Arc, Mutex};
 use datafusion::arrow::array::{RecordBatch, StringArray, UInt32Array, UInt64Array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 
-use crate::chain::{Chain, Settings, closest};
+use crate::chain::{Chain, Settings};
 use crate::error::{Error, Result};
 use crate::session::Session;
+use crate::util::closest;
 
 /// What a statement produced.
 #[derive(Debug, Clone)]
@@ -173,10 +174,9 @@ impl ScriptRunner {
                 };
                 Ok(Output::Message(format!("set {name} = {shown}")))
             }
-            ["SHOW", "DATASETS", ..] => Ok(Output::Table(vec![datasets_table(
-                &self.session,
-                &self.settings(),
-            )?])),
+            ["SHOW", "DATASETS", ..] => {
+                Ok(Output::Table(vec![datasets_table(&self.settings()).await?]))
+            }
             ["CREATE", "DATASET", ..] => {
                 let rest = text["CREATE DATASET".len()..].trim();
                 let (name, query) = rest
@@ -361,9 +361,11 @@ pub fn locate(e: Error, stmt: &Statement) -> Error {
     }
 }
 
-fn datasets_table(session: &Arc<Session>, settings: &Settings) -> Result<RecordBatch> {
-    let _ = session;
-    let list = crate::dataset::Catalog::open(&settings.get_root())?.list()?;
+async fn datasets_table(settings: &Settings) -> Result<RecordBatch> {
+    let list = crate::dataset::Catalog::open_async(settings.get_root())
+        .await?
+        .list_async()
+        .await?;
     let schema = Arc::new(Schema::new(vec![
         Field::new("name", DataType::Utf8, false),
         Field::new("version", DataType::UInt32, false),

@@ -670,7 +670,7 @@ async fn gen_batch_map_and_agg_are_prefetched_too() {
     }
 }
 
-/// Sizes of the prefetched files under `tmp` (the owner file left out).
+/// Sizes of the prefetched files under `tmp` (the owner lock file left out).
 fn temp_file_sizes(tmp: &std::path::Path) -> Vec<u64> {
     let mut sizes = Vec::new();
     for dir in std::fs::read_dir(tmp).into_iter().flatten().flatten() {
@@ -679,7 +679,7 @@ fn temp_file_sizes(tmp: &std::path::Path) -> Vec<u64> {
             .flatten()
             .flatten()
         {
-            if f.file_name() != "owner.pid" {
+            if f.file_name() != udfchain::util::owner::LOCK_FILE {
                 sizes.extend(f.metadata().map(|m| m.len()));
             }
         }
