@@ -15,8 +15,12 @@
 //! - every download is a task aborted when the stream is dropped; the temp dir
 //!   (see `TempCache`) goes away with the stream;
 //! - a download that fails after retries fails the query naming the file
-//!   (`on_error = fail`), drops the row and records the file (`skip`), or passes
-//!   the row on uncached so the UDF's own read fails into a null (`null`).
+//!   (`on_error = fail`), drops the row, releasing the copies it took, and
+//!   records the file (`skip`), or passes the row on without a copy of that
+//!   file (its other files are still fetched) so the UDF's own read fails into
+//!   a null (`null`); each file of a row
+//!   passed on holds exactly one reference in the temp cache, released by the
+//!   UDF when the row is done.
 //! - `prefetch = auto` sizes the window by Little's law, within 1..=max_connections:
 //!   eight times the rows the UDF takes per round trip (the shortest recent time
 //!   to first byte; the larger of the last round trip's count and the mean of
@@ -49,6 +53,7 @@ use tokio::sync::Semaphore;
 use udfchain_udfs::{File, decode_column};
 
 use super::common::{slices, unary_exec_boilerplate};
+use super::report::SkipList;
 use crate::cache::{SharedCache, TempCache};
 use crate::chain::{OnError, Prefetch};
 use crate::error::Error;
@@ -104,7 +109,7 @@ pub struct PrefetchExec {
     options: PrefetchOptions,
     connections: Arc<Semaphore>,
     link: Arc<PrefetchLink>,
-    skipped: Arc<Mutex<Vec<String>>>,
+    skipped: Arc<SkipList>,
     properties: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
 }
@@ -141,12 +146,9 @@ impl PrefetchExec {
         )
     }
 
-    /// URLs of the files dropped under `on_error = skip`.
-    pub fn skipped(&self) -> Vec<String> {
-        self.skipped
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+    /// URLs of the files dropped under `on_error = skip` (bounded).
+    pub(crate) fn skip_list(&self) -> &SkipList {
+        &self.skipped
     }
 }
 
@@ -277,7 +279,7 @@ struct Shared {
     pinned: Mutex<Option<File>>,
     /// Per-object locks: one download of an object at a time.
     fetching: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-    skipped: Arc<Mutex<Vec<String>>>,
+    skipped: Arc<SkipList>,
     metrics: PrefetchMetrics,
     /// The shortest recent time to first byte of a download (for `auto`).
     round_trip: Mutex<RoundTrip>,
@@ -448,28 +450,31 @@ impl PrefetchStream {
 
 impl Shared {
     /// Downloads the files of a one-row batch; `None` when the row is skipped.
+    /// A row passed on holds one reference per file in `temp` (under `null`, a
+    /// placeholder for a file whose download failed), which the UDF above
+    /// releases when the row is done; a skipped row releases what it took.
     async fn fetch_row(&self, row: RecordBatch, files: Vec<File>) -> DfResult<Option<RecordBatch>> {
+        let mut held: Vec<File> = Vec::with_capacity(files.len());
         for file in files {
-            let fetched = self.fetch_file(&file).await;
-            if fetched.is_ok() && file.member().is_some() {
-                self.pin(file.parent());
-            }
-            match fetched {
-                Ok(_) => {}
-                Err(e) => {
-                    return match self.on_error {
-                        OnError::Fail => Err(e.into_df()),
-                        OnError::Skip => {
-                            self.metrics.skipped_files.add(1);
-                            self.skipped
-                                .lock()
-                                .unwrap_or_else(|p| p.into_inner())
-                                .push(file.url());
-                            Ok(None)
-                        }
-                        OnError::Null => Ok(Some(row)),
-                    };
+            match self.fetch_file(&file).await {
+                Ok(_) => {
+                    if file.member().is_some() {
+                        self.pin(file.parent());
+                    }
+                    held.push(file);
                 }
+                Err(e) => match self.on_error {
+                    OnError::Fail => return Err(e.into_df()),
+                    OnError::Skip => {
+                        for f in &held {
+                            self.temp.release(f);
+                        }
+                        self.metrics.skipped_files.add(1);
+                        self.skipped.push(file.url());
+                        return Ok(None);
+                    }
+                    OnError::Null => self.temp.hold_missing(&file),
+                },
             }
         }
         Ok(Some(row))
