@@ -35,7 +35,8 @@ use futures::stream::{BoxStream, StreamExt, TryStreamExt};
 use udfchain_udfs::Aggregator;
 
 use super::common::{
-    Shape, UdfCall, UdfOperator, append_column, null_output, repeat_row, unary_exec_boilerplate,
+    Done, Shape, UdfCall, UdfOperator, append_column, null_output, repeat_row,
+    unary_exec_boilerplate,
 };
 use super::prefetch::PrefetchLink;
 use crate::chain::OnError;
@@ -113,6 +114,8 @@ impl ExecutionPlan for AggregateExec {
         let key_idx: Vec<usize> = self.keys.iter().map(|(i, _)| *i).collect();
         let mut seen = 0u64;
         let call = Arc::clone(&part.call);
+        let end = part.end();
+        let out = part.clone();
         let calls = groups(input, key_idx.clone())?
             .map_ok(move |g| {
                 let base = seen;
@@ -137,19 +140,22 @@ impl ExecutionPlan for AggregateExec {
                         Err(f) => match part.call.on_error {
                             OnError::Fail => return Err(part.call.locate(f, &group, base)),
                             OnError::Skip => {
-                                part.skip(&group, base, 0..group.num_rows());
-                                return Ok(None);
+                                return Done::dropped(part.skips(
+                                    &group,
+                                    base,
+                                    0..group.num_rows(),
+                                ));
                             }
                             OnError::Null => null_output(&part.schema, 1),
                         },
                     };
                     if values.is_empty() {
-                        return Ok(None);
+                        return Done::dropped(Vec::new());
                     }
                     let keys = group.project(&key_idx)?;
                     let repeated =
                         RecordBatch::try_new(keys.schema(), repeat_row(&keys, 0, values.len())?)?;
-                    append_column(&part.schema, &repeated, values).map(Some)
+                    Done::rows(append_column(&part.schema, &repeated, values)?)
                 }
             });
         let stream = if call.ordered {
@@ -157,8 +163,9 @@ impl ExecutionPlan for AggregateExec {
         } else {
             calls.buffer_unordered(call.parallel).boxed()
         }
-        .try_filter_map(|b| futures::future::ready(Ok(b)))
-        .inspect_ok(move |b| baseline.record_output(b.num_rows()));
+        .try_filter_map(move |done| futures::future::ready(Ok(out.emit(done))))
+        .inspect_ok(move |b| baseline.record_output(b.num_rows()))
+        .chain(end);
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             Arc::clone(&self.op.schema),
             stream,

@@ -85,6 +85,8 @@ impl ExecutionPlan for BatchMapExec {
         let (input, part, baseline) = self.op.start(partition, &ctx)?;
         let mut seen = 0u64;
         let call = Arc::clone(&part.call);
+        let end = part.end();
+        let out = part.clone();
         let calls = rebatch(input, call.batch_size)
             .map_ok(move |b| {
                 let base = seen;
@@ -106,8 +108,9 @@ impl ExecutionPlan for BatchMapExec {
         } else {
             calls.buffer_unordered(call.parallel).boxed()
         }
-        .try_filter_map(|b| futures::future::ready(Ok(b)))
-        .inspect_ok(move |b| baseline.record_output(b.num_rows()));
+        .try_filter_map(move |done| futures::future::ready(Ok(out.emit(done))))
+        .inspect_ok(move |b| baseline.record_output(b.num_rows()))
+        .chain(end);
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             Arc::clone(&self.op.schema),
             stream,

@@ -13,7 +13,8 @@
 //! rows that failed as a whole, its first row, the error saying how many rows
 //! the call had); `null` emits every row of a failed call with a null output;
 //! `skip` drops exactly the failed rows, each listed in the skip list by its
-//! file URL (or `udf row N` when it has no file) and counted in the
+//! file URL (or `udf row N` when it has no file) when its call's result is
+//! emitted (so in output order under `ordered = true`) and counted in the
 //! `skipped_rows` metric. A call of several rows whose error names the row
 //! that failed is run again without that row, so under `null` and `skip` only
 //! the rows that fail lose their values (k failing rows cost k more calls).
@@ -32,7 +33,8 @@ use datafusion::arrow::compute::take;
 use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::physical_plan::metrics::{BaselineMetrics, Count, MetricBuilder};
+use datafusion::physical_plan::metrics::{BaselineMetrics, Count, Gauge, MetricBuilder};
+use futures::{Stream, StreamExt};
 use tokio::sync::Semaphore;
 use udfchain_udfs::{CallError, File, FileSource, UdfError, decode_column, with_file_source};
 
@@ -41,7 +43,7 @@ use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
 
 use super::prefetch::PrefetchLink;
 use super::report::SkipList;
-use crate::cache::SharedCache;
+use crate::cache::{SharedCache, TempCache};
 use crate::chain::OnError;
 use crate::error::Error;
 use crate::session::spawn_udf;
@@ -346,10 +348,13 @@ impl<U: ?Sized> UdfOperator<U> {
         ctx: &Arc<TaskContext>,
     ) -> DfResult<(SendableRecordBatchStream, Partition<U>, BaselineMetrics)> {
         let input = self.input.execute(partition, Arc::clone(ctx))?;
-        let local = self.link.as_ref().and_then(|l| l.local(partition));
+        let temp = self.link.as_ref().and_then(|l| l.temp(partition));
+        let local = temp.clone().map(|t| t as Arc<dyn LocalCopies>);
         let part = Partition {
             source: self.call.file_source(ctx, local.clone())?,
             local,
+            temp,
+            copies_left: MetricBuilder::new(&self.metrics).gauge("copies_left", partition),
             call: Arc::clone(&self.call),
             udf: Arc::clone(&self.udf),
             schema: Arc::clone(&self.schema),
@@ -370,6 +375,10 @@ pub struct Partition<U: ?Sized> {
     pub schema: SchemaRef,
     /// The copies the `PrefetchExec` below made, released row by row.
     pub local: Option<Arc<dyn LocalCopies>>,
+    /// The same copies, counted.
+    temp: Option<Arc<TempCache>>,
+    /// Copies still counted on when the output ended (0: every row released its files).
+    copies_left: Gauge,
     /// Rows dropped under `on_error = skip` (every one, listed or not).
     skipped_rows: Count,
 }
@@ -382,33 +391,72 @@ impl<U: ?Sized> Clone for Partition<U> {
             source: Arc::clone(&self.source),
             schema: Arc::clone(&self.schema),
             local: self.local.clone(),
+            temp: self.temp.clone(),
+            copies_left: self.copies_left.clone(),
             skipped_rows: self.skipped_rows.clone(),
         }
     }
 }
 
 impl<U: ?Sized> Partition<U> {
+    /// A stream of no batches to chain after the operator's output: reached
+    /// when the output is complete, it records in `copies_left` how many of
+    /// the prefetched copies of this partition are still counted on (0 when
+    /// every row released its files).
+    pub fn end(&self) -> impl Stream<Item = DfResult<RecordBatch>> + Send + 'static {
+        let (temp, gauge) = (self.temp.clone(), self.copies_left.clone());
+        futures::stream::once(async move {
+            if let Some(temp) = temp {
+                gauge.set(temp.len());
+            }
+        })
+        .filter_map(|()| futures::future::ready(None))
+    }
+
     /// Records rows `rows` of `batch` (whose first row is row `row_base` of
     /// the partition) as dropped by `on_error = skip`.
     pub fn skip(&self, batch: &RecordBatch, row_base: u64, rows: impl IntoIterator<Item = usize>) {
-        for r in rows {
-            self.call
-                .skipped
-                .push(self.call.skip_entry(batch, r, row_base));
+        self.record(self.skips(batch, row_base, rows));
+    }
+
+    /// The skip-list entries of rows `rows` of `batch`, to [`Partition::record`]
+    /// when the call's result is emitted (so an ordered operator lists them in
+    /// output order).
+    pub fn skips(
+        &self,
+        batch: &RecordBatch,
+        row_base: u64,
+        rows: impl IntoIterator<Item = usize>,
+    ) -> Vec<String> {
+        rows.into_iter()
+            .map(|r| self.call.skip_entry(batch, r, row_base))
+            .collect()
+    }
+
+    /// Lists and counts rows dropped under `on_error = skip`.
+    pub fn record(&self, skipped: Vec<String>) {
+        for entry in skipped {
+            self.call.skipped.push(entry);
             self.skipped_rows.add(1);
         }
+    }
+
+    /// Records the skips of a finished call and passes on its rows.
+    pub fn emit(&self, done: Done) -> Option<RecordBatch> {
+        self.record(done.skipped);
+        done.batch
     }
 
     /// Runs `udf_fn` on the params of `batch` (whose first row is row `base`
     /// of the partition), releases the batch's prefetched files, and returns
     /// `batch` with the UDF's output column appended, `on_error` applied (see
-    /// the module header): `None` when every row was skipped.
+    /// the module header), with the rows it skipped (to [`Partition::emit`]).
     pub async fn call_rows<F, Fut>(
         &self,
         batch: &RecordBatch,
         base: u64,
         udf_fn: F,
-    ) -> DfResult<Option<RecordBatch>>
+    ) -> DfResult<Done>
     where
         F: Fn(Arc<U>, RecordBatch) -> Fut,
         Fut: Future<Output = Result<ArrayRef, CallError>> + Send + 'static,
@@ -424,16 +472,20 @@ impl<U: ?Sized> Partition<U> {
         if failed.is_empty()
             && let Some(values) = values
         {
-            return append_column(&self.schema, batch, values).map(Some);
+            return Done::rows(append_column(&self.schema, batch, values)?);
         }
         failed.sort_unstable();
         if self.call.on_error == OnError::Skip {
-            self.skip(batch, base, failed.iter().copied());
-            let Some(values) = values else {
-                return Ok(None);
+            let skipped = self.skips(batch, base, failed.iter().copied());
+            let batch = match values {
+                Some(values) => Some(append_column(
+                    &self.schema,
+                    &take_rows(batch, &rows)?,
+                    values,
+                )?),
+                None => None,
             };
-            let kept = take_rows(batch, &rows)?;
-            return append_column(&self.schema, &kept, values).map(Some);
+            return Ok(Done { batch, skipped });
         }
         // `null`: every row, the failed ones with a null output.
         let output = match values {
@@ -446,7 +498,7 @@ impl<U: ?Sized> Partition<U> {
                 take(values.as_ref(), &UInt32Array::from(at), None)?
             }
         };
-        append_column(&self.schema, batch, output).map(Some)
+        Done::rows(append_column(&self.schema, batch, output)?)
     }
 
     /// Calls the UDF on `batch`; under `null` and `skip`, a failure naming its
@@ -512,6 +564,29 @@ impl<U: ?Sized> Partition<U> {
                 }
             }
         }
+    }
+}
+
+/// The outcome of one call: the rows to emit and the skip-list entries of
+/// the rows it dropped.
+pub struct Done {
+    pub batch: Option<RecordBatch>,
+    pub skipped: Vec<String>,
+}
+
+impl Done {
+    pub fn rows(batch: RecordBatch) -> DfResult<Self> {
+        Ok(Self {
+            batch: Some(batch),
+            skipped: Vec::new(),
+        })
+    }
+
+    pub fn dropped(skipped: Vec<String>) -> DfResult<Self> {
+        Ok(Self {
+            batch: None,
+            skipped,
+        })
     }
 }
 

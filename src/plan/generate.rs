@@ -97,6 +97,7 @@ impl ExecutionPlan for GenerateExec {
         ctx: Arc<TaskContext>,
     ) -> DfResult<SendableRecordBatchStream> {
         let (input, part, baseline) = self.op.start(partition, &ctx)?;
+        let end = part.end();
         let state = GenState {
             input,
             part,
@@ -113,7 +114,8 @@ impl ExecutionPlan for GenerateExec {
             if let Ok(b) = b {
                 baseline.record_output(b.num_rows());
             }
-        });
+        })
+        .chain(end);
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             Arc::clone(&self.op.schema),
             stream,

@@ -92,6 +92,8 @@ impl ExecutionPlan for MapExec {
         };
         let mut seen = 0u64;
         let out_schema = Arc::clone(&part.schema);
+        let end = part.end();
+        let out = part.clone();
         let calls = input
             .map_ok(move |batch| {
                 let parts: Vec<DfResult<(u64, RecordBatch)>> = slices(&batch, rows_per_call)
@@ -122,8 +124,9 @@ impl ExecutionPlan for MapExec {
         } else {
             calls.buffer_unordered(call.parallel).boxed()
         }
-        .try_filter_map(|b| futures::future::ready(Ok(b)))
-        .inspect_ok(move |b| baseline.record_output(b.num_rows()));
+        .try_filter_map(move |done| futures::future::ready(Ok(out.emit(done))))
+        .inspect_ok(move |b| baseline.record_output(b.num_rows()))
+        .chain(end);
         Ok(Box::pin(RecordBatchStreamAdapter::new(out_schema, stream)))
     }
 }

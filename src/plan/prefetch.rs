@@ -65,24 +65,29 @@ use crate::storage::{Downloaded, StoreSource, download_bytes, download_to};
 /// `PrefetchExec` made (they are created when the partition starts).
 #[derive(Debug, Default)]
 pub struct PrefetchLink {
-    partitions: Mutex<HashMap<usize, Weak<dyn LocalCopies>>>,
+    partitions: Mutex<HashMap<usize, Weak<TempCache>>>,
 }
 
 impl PrefetchLink {
-    fn publish(&self, partition: usize, local: &Arc<dyn LocalCopies>) {
+    fn publish(&self, partition: usize, temp: &Arc<TempCache>) {
         self.partitions
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(partition, Arc::downgrade(local));
+            .insert(partition, Arc::downgrade(temp));
     }
 
-    /// The local copies of `partition`, once its prefetch stream has started.
-    pub fn local(&self, partition: usize) -> Option<Arc<dyn LocalCopies>> {
+    /// The temp cache of `partition`, once its prefetch stream has started.
+    pub fn temp(&self, partition: usize) -> Option<Arc<TempCache>> {
         self.partitions
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(&partition)?
             .upgrade()
+    }
+
+    /// The local copies of `partition`, once its prefetch stream has started.
+    pub fn local(&self, partition: usize) -> Option<Arc<dyn LocalCopies>> {
+        self.temp(partition).map(|t| t as Arc<dyn LocalCopies>)
     }
 }
 
@@ -188,8 +193,7 @@ impl ExecutionPlan for PrefetchExec {
         };
         let fallback = shared.clone().map(|s| s as Arc<dyn LocalCopies>);
         let temp = TempCache::create(&self.options.root, fallback).map_err(Error::into_df)?;
-        let local: Arc<dyn LocalCopies> = Arc::clone(&temp) as _;
-        self.link.publish(partition, &local);
+        self.link.publish(partition, &temp);
         let m = |name: &'static str| MetricBuilder::new(&self.metrics).counter(name, partition);
         let metrics = PrefetchMetrics {
             files_fetched: m("files_fetched"),
@@ -358,6 +362,8 @@ impl PrefetchStream {
                 self.start(row, files, bytes);
             }
             if self.queue.len() == 0 && self.rows.is_empty() && self.input_done {
+                // Every row is out: the pin has no next member to serve.
+                self.shared.unpin();
                 return None;
             }
             let want_input =
@@ -492,6 +498,14 @@ impl Shared {
         if self.temp.acquire(&parent)
             && let Some(old) = pinned.replace(parent)
         {
+            self.temp.release(&old);
+        }
+    }
+
+    /// Drops the extra hold of the pinned parent.
+    fn unpin(&self) {
+        let old = self.pinned.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(old) = old {
             self.temp.release(&old);
         }
     }

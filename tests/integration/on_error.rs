@@ -163,8 +163,13 @@ fn rows() -> Vec<Row> {
 /// (row id or group key, output) of every output row, in output order.
 type Out = Vec<(String, Option<u64>)>;
 
-async fn run(fx: &Fixture, kind: Kind, policy: OnError) -> udfchain::Result<(Out, RunReport)> {
-    let chain = Chain::from_values_in(Arc::clone(&fx.session), &rows()).settings(
+async fn run(
+    fx: &Fixture,
+    kind: Kind,
+    policy: OnError,
+    rows: &[Row],
+) -> udfchain::Result<(Out, RunReport)> {
+    let chain = Chain::from_values_in(Arc::clone(&fx.session), rows).settings(
         Settings::new()
             .prefetch(2)
             .memory_file_limit(0)
@@ -325,7 +330,7 @@ async fn every_kind_under_every_policy() {
     for kind in [Kind::Map, Kind::Gen, Kind::BatchMap, Kind::Agg] {
         for policy in [OnError::Null, OnError::Skip] {
             let case = format!("{kind:?} x {policy:?}");
-            let (got, report) = run(&fx, kind, policy).await.expect(&case);
+            let (got, report) = run(&fx, kind, policy, &rows()).await.expect(&case);
             let (want, skipped) = expected(kind, policy);
             assert_eq!(got, want, "{case}: output rows");
             assert_eq!(report.skipped, skipped, "{case}: skip list");
@@ -341,6 +346,7 @@ async fn every_kind_under_every_policy() {
                 skipped.len(),
                 "{case}: skipped_rows"
             );
+            assert_eq!(report.metric(op, "copies_left"), 0, "{case}: copies left");
             assert!(
                 report.metric("PrefetchExec", "files_fetched") >= 6,
                 "{case}: files came through the prefetch"
@@ -351,7 +357,9 @@ async fn every_kind_under_every_policy() {
         // `fail`: the first failing row (row 1; for agg the first row of
         // group g1, row 1 of the sorted input), its first file and the UDF.
         let case = format!("{kind:?} x Fail");
-        let err = run(&fx, kind, OnError::Fail).await.expect_err(&case);
+        let err = run(&fx, kind, OnError::Fail, &rows())
+            .await
+            .expect_err(&case);
         let udf_name = match kind {
             Kind::BatchMap => "totals",
             _ => "v",
@@ -435,6 +443,97 @@ async fn a_batch_call_failing_as_a_whole_nulls_or_skips_its_rows() {
             && msg.contains("cannot decode f1.bin"),
         "{msg}"
     );
+}
+
+/// Downloads that fail (missing objects) in the first or the second `File`
+/// column, under every kind: `skip` drops those rows (listed by the
+/// prefetch), `null` lets the UDF's read fail into a null; either way every
+/// prefetched copy is released by the end of the output (`copies_left = 0`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_downloads_under_every_kind_leave_no_copy_held() {
+    let objects = six_files();
+    let objects: Vec<(&str, usize)> = objects.iter().map(|(n, s)| (n.as_str(), *s)).collect();
+    let fx = Fixture::new(&objects);
+    let f = |i: usize| file(&format!("f{i}.bin"), size(i));
+    let row = |id: u64, key: &str, a: File, b: File| Row {
+        id,
+        key: key.to_string(),
+        a,
+        b,
+    };
+    let rows = vec![
+        row(0, "g0", f(0), f(1)),
+        row(1, "g1", file("gone.x1", 100), f(2)),
+        row(2, "g1", f(2), f(4)),
+        row(3, "g2", f(5), file("gone.x3", 100)),
+        row(4, "g3", f(0), f(0)),
+    ];
+    let t = |a: usize, b: usize| Some((size(a) + size(b)) as u64);
+    let s = |i: usize| Some(size(i) as u64);
+    for kind in [Kind::Map, Kind::Gen, Kind::BatchMap, Kind::Agg] {
+        for policy in [OnError::Skip, OnError::Null] {
+            let case = format!("{kind:?} x {policy:?}");
+            let want = match (kind, policy) {
+                (Kind::Map | Kind::BatchMap, OnError::Skip) => {
+                    out(&[("0", t(0, 1)), ("2", t(2, 4)), ("4", t(0, 0))])
+                }
+                (Kind::Map | Kind::BatchMap, _) => out(&[
+                    ("0", t(0, 1)),
+                    ("1", None),
+                    ("2", t(2, 4)),
+                    ("3", None),
+                    ("4", t(0, 0)),
+                ]),
+                (Kind::Gen, OnError::Skip) => out(&[
+                    ("0", s(0)),
+                    ("0", s(1)),
+                    ("2", s(2)),
+                    ("2", s(4)),
+                    ("4", s(0)),
+                    ("4", s(0)),
+                ]),
+                (Kind::Gen, _) => out(&[
+                    ("0", s(0)),
+                    ("0", s(1)),
+                    ("1", None),
+                    ("2", s(2)),
+                    ("2", s(4)),
+                    ("3", None),
+                    ("4", s(0)),
+                    ("4", s(0)),
+                ]),
+                // Group g1 loses row 1 under skip, and fails under null.
+                (Kind::Agg, OnError::Skip) => {
+                    out(&[("g0", t(0, 1)), ("g1", t(2, 4)), ("g3", t(0, 0))])
+                }
+                (Kind::Agg, _) => {
+                    out(&[("g0", t(0, 1)), ("g1", None), ("g2", None), ("g3", t(0, 0))])
+                }
+            };
+            let (got, report) = run(&fx, kind, policy, &rows).await.expect(&case);
+            assert_eq!(got, want, "{case}");
+            let skipped = if policy == OnError::Skip {
+                vec![url("gone.x1"), url("gone.x3")]
+            } else {
+                vec![]
+            };
+            assert_eq!(report.skipped, skipped, "{case}");
+            assert_eq!(
+                report.metric("PrefetchExec", "skipped_files"),
+                skipped.len(),
+                "{case}"
+            );
+            let op = match kind {
+                Kind::Map => "MapExec",
+                Kind::Gen => "GenerateExec",
+                Kind::BatchMap => "BatchMapExec",
+                Kind::Agg => "AggregateExec",
+            };
+            assert_eq!(report.metric(op, "copies_left"), 0, "{case}: copies left");
+            let left = no_prefetch_dirs_soon(&fx.tmp()).await;
+            assert!(left.is_empty(), "{case}: temp dirs left: {left:?}");
+        }
+    }
 }
 
 /// Names of the objects whose copies are in the prefetch temp dirs under
@@ -629,6 +728,7 @@ async fn prefetch_copies_are_released_exactly_once_per_row() {
                 "{case}: while row {k} runs, copies beyond its window are held: {present:?} (window {window:?})"
             );
         }
+        assert_eq!(report.metric("MapExec", "copies_left"), 0, "{case}");
         for (i, n) in names.iter().enumerate() {
             assert_eq!(
                 fx.store.get_starts(n).len() - gets_before[i],
