@@ -843,3 +843,86 @@ async fn unordered_emits_the_slow_row_last_ordered_keeps_input_order() {
         assert_eq!(got.last(), Some(&0), "{kind:?} unordered: {got:?}");
     }
 }
+
+/// A generator that fails after streaming part of its expansion: the batches
+/// already emitted stay (an expansion is never held whole); `null` adds one
+/// row with a null output for the failed row, `skip` lists it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_generator_failing_midway_keeps_what_it_streamed() {
+    #[derive(Serialize, Deserialize)]
+    struct N {
+        n: u64,
+    }
+    let chain = |policy| {
+        Chain::from_values_in(Session::new(), &[N { n: 1 }, N { n: 2 }, N { n: 3 }])
+            .settings(Settings::new().batch_size(1).parallel(2).on_error(policy))
+            .gen_on(&["n"], "v", |n: u64| {
+                futures::stream::iter((0..3).map(move |i| {
+                    if n == 2 && i == 2 {
+                        Err(std::io::Error::other("truncated"))
+                    } else {
+                        Ok(n * 10 + i)
+                    }
+                }))
+            })
+            .select([col("n"), col("v")])
+    };
+    #[derive(Deserialize, Debug, PartialEq)]
+    struct R {
+        n: u64,
+        v: Option<u64>,
+    }
+    let r = |n, v| R { n, v };
+    let nulls: Vec<R> = chain(OnError::Null).to_rows().await.expect("null");
+    assert_eq!(
+        nulls,
+        vec![
+            r(1, Some(10)),
+            r(1, Some(11)),
+            r(1, Some(12)),
+            r(2, Some(20)),
+            r(2, Some(21)),
+            r(2, None),
+            r(3, Some(30)),
+            r(3, Some(31)),
+            r(3, Some(32)),
+        ]
+    );
+    let (batches, report) = chain(OnError::Skip)
+        .collect_with_report()
+        .await
+        .expect("skip");
+    let kept: Vec<R> = batches
+        .iter()
+        .flat_map(|b| serde_arrow::from_record_batch::<Vec<R>>(b).expect("rows"))
+        .collect();
+    assert_eq!(kept.len(), 8, "{kept:?}");
+    assert_eq!(report.skipped, vec!["v row 1".to_string()]);
+}
+
+/// More skipped rows than a skip list keeps: the first 1,000 are listed, the
+/// rest counted; `skipped_rows` counts every one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skip_lists_are_bounded_and_the_overflow_counted() {
+    const N: u64 = 1_005;
+    let ids: Vec<u64> = (0..N).collect();
+    let (batches, report) = Chain::from_values_in(Session::new(), &ids)
+        .settings(Settings::new().parallel(4).on_error(OnError::Skip))
+        .map_on(&["value"], "v", |id: u64| async move {
+            if id % 2 == 0 || id > 10 {
+                Err(std::io::Error::other("no"))
+            } else {
+                Ok(id)
+            }
+        })
+        .collect_with_report()
+        .await
+        .expect("run");
+    let kept: usize = batches.iter().map(|b| b.num_rows()).sum();
+    assert_eq!(kept, 5, "ids 1, 3, 5, 7, 9");
+    let skipped = N as usize - 5;
+    assert_eq!(report.skipped.len(), 1_000);
+    assert_eq!(report.skipped[..3], ["v row 0", "v row 2", "v row 4"]);
+    assert_eq!(report.skipped_unlisted, skipped - 1_000);
+    assert_eq!(report.metric("MapExec", "skipped_rows"), skipped);
+}
