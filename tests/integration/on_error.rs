@@ -909,7 +909,7 @@ async fn skip_lists_are_bounded_and_the_overflow_counted() {
     let (batches, report) = Chain::from_values_in(Session::new(), &ids)
         .settings(Settings::new().parallel(4).on_error(OnError::Skip))
         .map_on(&["value"], "v", |id: u64| async move {
-            if id % 2 == 0 || id > 10 {
+            if id.is_multiple_of(2) || id > 10 {
                 Err(std::io::Error::other("no"))
             } else {
                 Ok(id)
