@@ -1,10 +1,14 @@
 //! `TempCache`: the per-UDF, per-partition temporary dir that prefetched files
 //! live in when `cache = false`, and the small files it holds in memory instead.
 //!
-//! Guarantees: a file is deleted (or its bytes dropped) as soon as the last row
-//! using it is released, so disk and memory use stay within the prefetch window
-//! plus the files being processed; a file held in memory is written to the dir
-//! only when a UDF asks for its path;
+//! Guarantees: every row counts one reference per file it holds (one per
+//! column, so a file in two columns of a row counts twice) and releases each
+//! once; a file is deleted (or its bytes dropped) as soon as the last reference
+//! is released, never before, so disk and memory use stay within the prefetch
+//! window plus the files being processed; a row passed on without a copy of a
+//! file (its download failed under `on_error = null`) holds a placeholder
+//! reference, so its release cannot drop another row's copy; a file held in
+//! memory is written to the dir only when a UDF asks for its path;
 //! the whole dir is removed when the cache is dropped (the UDF's stream ended,
 //! failed, was dropped or unwound from a panic); the process holds the dir's
 //! owner lock ([`crate::util::owner`]) for the cache's life, so a dir whose lock
@@ -46,6 +50,8 @@ struct Entry {
 enum Held {
     Disk(PathBuf),
     Memory(bytes::Bytes),
+    /// No copy: rows whose download of the file failed still count on it.
+    Missing,
 }
 
 impl TempCache {
@@ -113,6 +119,11 @@ impl TempCache {
     fn hold(&self, file: &File, held: Held) {
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         match entries.get_mut(&key(file)) {
+            Some(e) if matches!(e.held, Held::Missing) => {
+                // Rows whose download failed wait on it: the copy is theirs too.
+                e.refs += 1;
+                e.held = held;
+            }
             Some(e) => {
                 // Already held (the same file in two rows of the window): keep one copy.
                 e.refs += 1;
@@ -128,19 +139,25 @@ impl TempCache {
         }
     }
 
-    /// Counts one more row using `file` if it is already held.
+    /// Counts one more row using `file` (a row whose download of it failed
+    /// under `on_error = null`), whether or not a copy is held.
+    pub fn hold_missing(&self, file: &File) {
+        self.hold(file, Held::Missing);
+    }
+
+    /// Counts one more row using `file` if a copy of it is already held.
     pub fn acquire(&self, file: &File) -> bool {
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         match entries.get_mut(&key(file)) {
-            Some(e) => {
+            Some(e) if !matches!(e.held, Held::Missing) => {
                 e.refs += 1;
                 true
             }
-            None => false,
+            _ => false,
         }
     }
 
-    /// Files currently held.
+    /// Files currently counted on (copies and placeholders).
     pub fn len(&self) -> usize {
         self.entries.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
@@ -155,12 +172,16 @@ impl LocalCopies for TempCache {
     /// at the file), since the caller wants a path.
     fn local_path(&self, file: &File) -> Option<PathBuf> {
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(entry) = entries.get_mut(&key(file)) else {
-            drop(entries);
-            return self.fallback.as_ref()?.local_path(file);
+        let entry = match entries.get_mut(&key(file)) {
+            Some(e) if !matches!(e.held, Held::Missing) => e,
+            _ => {
+                drop(entries);
+                return self.fallback.as_ref()?.local_path(file);
+            }
         };
         match &entry.held {
             Held::Disk(p) => Some(p.clone()),
+            Held::Missing => None,
             Held::Memory(bytes) => {
                 let path = self.new_path(file);
                 std::fs::write(&path, bytes).ok()?;
@@ -179,7 +200,7 @@ impl LocalCopies for TempCache {
             .held
         {
             Held::Memory(b) => Some(b.clone()),
-            Held::Disk(_) => None,
+            Held::Disk(_) | Held::Missing => None,
         }
     }
 
@@ -246,5 +267,52 @@ mod tests {
         let dir = live.dir().to_path_buf();
         drop(live);
         assert!(!dir.exists(), "removed when the cache is dropped");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(path: &str) -> File {
+        File {
+            source: "s3://bucket".into(),
+            path: path.into(),
+            size: 3,
+            ..File::default()
+        }
+    }
+
+    #[test]
+    fn a_copy_lives_until_its_last_row_releases_it() {
+        let root = tempfile::tempdir().expect("root");
+        let cache = TempCache::create(root.path(), None).expect("create");
+        let (a, b) = (file("a.bin"), file("b.bin"));
+        // Row 1 holds `a` in both columns; row 2 holds `a` too.
+        let path = cache.new_path(&a);
+        std::fs::write(&path, b"abc").expect("write");
+        cache.insert(&a, path.clone());
+        assert!(cache.acquire(&a));
+        assert!(cache.acquire(&a));
+        cache.release(&a);
+        cache.release(&a);
+        assert!(path.exists(), "row 2 still holds it");
+        assert_eq!(cache.local_path(&a), Some(path.clone()));
+        cache.release(&a);
+        assert!(!path.exists() && cache.is_empty());
+
+        // Row 3's download of `b` failed (a placeholder); row 4 downloads it.
+        cache.hold_missing(&b);
+        assert!(!cache.acquire(&b), "a placeholder is no copy");
+        assert_eq!(cache.local_path(&b), None);
+        let path = cache.new_path(&b);
+        std::fs::write(&path, b"abc").expect("write");
+        cache.insert(&b, path.clone());
+        // Row 3 is done first: row 4's copy stays.
+        cache.release(&b);
+        assert!(path.exists());
+        assert_eq!(cache.local_path(&b), Some(path.clone()));
+        cache.release(&b);
+        assert!(!path.exists() && cache.is_empty());
     }
 }

@@ -5,7 +5,17 @@
 //! Guarantees: the planner is told this operator needs one partition sorted by
 //! the keys, so every group is contiguous and reaches exactly one call; groups
 //! are cut across input batch boundaries; only one group per running call is
-//! held in memory; up to `parallel` groups are processed at once, output in key order.
+//! held in memory; up to `parallel` groups are processed at once. With
+//! `ordered = true` groups are emitted in key order and the output declares
+//! the input's ordering of the key columns; with `ordered = false` each group
+//! is emitted as soon as its call finishes (the input still has to be sorted,
+//! to cut the groups) and no order is declared.
+//!
+//! `on_error` (see `common`): a failed group (its call erred, panicked or
+//! returned a wrong value) fails the query naming the UDF, the group's first
+//! row and its file (`fail`), emits one row with the group's keys and a null
+//! output (`null`), or is dropped with every one of its input rows listed in
+//! the skip list (`skip`).
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -25,7 +35,8 @@ use futures::stream::{BoxStream, StreamExt, TryStreamExt};
 use udfchain_udfs::Aggregator;
 
 use super::common::{
-    Partition, UdfCall, UdfOperator, append_column, repeat_row, unary_exec_boilerplate,
+    Done, Shape, UdfCall, UdfOperator, append_column, null_output, repeat_row,
+    unary_exec_boilerplate,
 };
 use super::prefetch::PrefetchLink;
 use crate::settings::OnError;
@@ -46,8 +57,9 @@ impl AggregateExec {
         link: Option<Arc<PrefetchLink>>,
         schema: SchemaRef,
     ) -> Self {
+        let shape = Shape::Group(keys.iter().map(|(i, _)| *i).collect());
         Self {
-            op: UdfOperator::new(input, udf, call, link, schema, true),
+            op: UdfOperator::new(input, udf, call, link, schema, shape),
             keys,
         }
     }
@@ -101,53 +113,59 @@ impl ExecutionPlan for AggregateExec {
         let (input, part, baseline) = self.op.start(partition, &ctx)?;
         let key_idx: Vec<usize> = self.keys.iter().map(|(i, _)| *i).collect();
         let mut seen = 0u64;
-        let stream = groups(input, key_idx.clone())?
+        let call = Arc::clone(&part.call);
+        let end = part.end();
+        let out = part.clone();
+        let calls = groups(input, key_idx.clone())?
             .map_ok(move |g| {
                 let base = seen;
                 seen += g.num_rows() as u64;
                 (base, g)
             })
             .map(move |group| {
-                let (
-                    Partition {
-                        call,
-                        udf,
-                        source,
-                        schema,
-                        local,
-                    },
-                    key_idx,
-                ) = (part.clone(), key_idx.clone());
+                let (part, key_idx) = (part.clone(), key_idx.clone());
                 async move {
                     let (base, group) = group?;
-                    let params = call.params_batch(&group)?;
-                    let result = call
-                        .run(source, async move { udf.aggregate(params).await })
+                    let params = part.call.params_batch(&group)?;
+                    let udf = Arc::clone(&part.udf);
+                    let result = part
+                        .call
+                        .run(Arc::clone(&part.source), async move {
+                            udf.aggregate(params).await
+                        })
                         .await;
-                    call.release(&local, &group);
+                    part.call.release(&part.local, &group);
                     let values: ArrayRef = match result {
                         Ok(v) => v,
-                        Err(f) => match call.on_error {
-                            OnError::Fail => return Err(call.locate(f, &group, base)),
+                        Err(f) => match part.call.on_error {
+                            OnError::Fail => return Err(part.call.locate(f, &group, base)),
                             OnError::Skip => {
-                                call.record_skip(&group.slice(0, 1), base);
-                                return Ok(None);
+                                return Done::dropped(part.skips(
+                                    &group,
+                                    base,
+                                    0..group.num_rows(),
+                                ));
                             }
-                            OnError::Null => return Ok(None),
+                            OnError::Null => null_output(&part.schema, 1),
                         },
                     };
                     if values.is_empty() {
-                        return Ok(None);
+                        return Done::dropped(Vec::new());
                     }
                     let keys = group.project(&key_idx)?;
                     let repeated =
                         RecordBatch::try_new(keys.schema(), repeat_row(&keys, 0, values.len())?)?;
-                    append_column(&schema, &repeated, values).map(Some)
+                    Done::rows(append_column(&part.schema, &repeated, values)?)
                 }
-            })
-            .buffered(self.op.call.parallel)
-            .try_filter_map(|b| futures::future::ready(Ok(b)))
-            .inspect_ok(move |b| baseline.record_output(b.num_rows()));
+            });
+        let stream = if call.ordered {
+            calls.buffered(call.parallel).boxed()
+        } else {
+            calls.buffer_unordered(call.parallel).boxed()
+        }
+        .try_filter_map(move |done| futures::future::ready(Ok(out.emit(done))))
+        .inspect_ok(move |b| baseline.record_output(b.num_rows()))
+        .chain(end);
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             Arc::clone(&self.op.schema),
             stream,

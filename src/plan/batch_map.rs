@@ -2,7 +2,15 @@
 //!
 //! Guarantees: every call gets exactly `batch_size` rows except the last of a
 //! partition, which gets the rest (never zero); rows are regrouped across input
-//! batches; output keeps input order; up to `parallel` calls run at once.
+//! batches; with `ordered = true` output keeps input order (and declares it),
+//! with `ordered = false` a call's rows are emitted as soon as it finishes (no
+//! order declared); up to `parallel` calls run at once.
+//!
+//! `on_error` (see `common`): a call that fails as a whole fails, nulls or
+//! skips all its rows; a call whose error names its failing row
+//! (`CallError::at_row`) is run again without that row, so only the rows that
+//! fail are nulled or skipped. A call returning the wrong number of values
+//! has failed as a whole.
 
 use std::fmt;
 use std::sync::Arc;
@@ -17,7 +25,7 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use futures::stream::{BoxStream, StreamExt, TryStreamExt};
 use udfchain_udfs::BatchMapper;
 
-use super::common::{UdfCall, UdfOperator, append_column, unary_exec_boilerplate};
+use super::common::{Shape, UdfCall, UdfOperator, unary_exec_boilerplate};
 use super::prefetch::PrefetchLink;
 
 #[derive(Debug)]
@@ -34,7 +42,7 @@ impl BatchMapExec {
         schema: SchemaRef,
     ) -> Self {
         Self {
-            op: UdfOperator::new(input, udf, call, link, schema, false),
+            op: UdfOperator::new(input, udf, call, link, schema, Shape::Append),
         }
     }
 
@@ -66,7 +74,7 @@ impl ExecutionPlan for BatchMapExec {
     unary_exec_boilerplate!("BatchMapExec", op);
 
     fn maintains_input_order(&self) -> Vec<bool> {
-        vec![true]
+        vec![self.op.call.ordered]
     }
 
     fn execute(
@@ -76,7 +84,10 @@ impl ExecutionPlan for BatchMapExec {
     ) -> DfResult<SendableRecordBatchStream> {
         let (input, part, baseline) = self.op.start(partition, &ctx)?;
         let mut seen = 0u64;
-        let stream = rebatch(input, part.call.batch_size)
+        let call = Arc::clone(&part.call);
+        let end = part.end();
+        let out = part.clone();
+        let calls = rebatch(input, call.batch_size)
             .map_ok(move |b| {
                 let base = seen;
                 seen += b.num_rows() as u64;
@@ -86,19 +97,20 @@ impl ExecutionPlan for BatchMapExec {
                 let part = part.clone();
                 async move {
                     let (base, batch) = batch?;
-                    let values = part
-                        .call_column(&batch, base, |udf, params| async move {
-                            udf.map_batch(params).await
-                        })
-                        .await?;
-                    values
-                        .map(|v| append_column(&part.schema, &batch, v))
-                        .transpose()
+                    part.call_rows(&batch, base, |udf, params| async move {
+                        udf.map_batch(params).await
+                    })
+                    .await
                 }
-            })
-            .buffered(self.op.call.parallel)
-            .try_filter_map(|b| futures::future::ready(Ok(b)))
-            .inspect_ok(move |b| baseline.record_output(b.num_rows()));
+            });
+        let stream = if call.ordered {
+            calls.buffered(call.parallel).boxed()
+        } else {
+            calls.buffer_unordered(call.parallel).boxed()
+        }
+        .try_filter_map(move |done| futures::future::ready(Ok(out.emit(done))))
+        .inspect_ok(move |b| baseline.record_output(b.num_rows()))
+        .chain(end);
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             Arc::clone(&self.op.schema),
             stream,

@@ -1,10 +1,29 @@
 //! What every UDF operator shares: the [`UdfCall`] that runs one call of a UDF on
 //! the UDF pool and turns its failures into errors naming the UDF, the file and
-//! the row; batch slicing helpers; and the boilerplate of unary operators.
+//! the row; the one meaning of `on_error` ([`Partition::call_rows`]); batch
+//! slicing helpers; the plan properties and the boilerplate of unary operators.
 //!
 //! Guarantees: at most `parallel` calls of one UDF run at once across all its
 //! partitions; a call's future is aborted when the operator's stream is dropped;
 //! a panicking UDF fails the query with an error, never unwinds into it.
+//!
+//! `on_error`, the same for every UDF kind: `fail` fails the query with an
+//! error naming the UDF, the file (the first `File` param of the row) and the
+//! row (its number in the operator's input partition; for a call of several
+//! rows that failed as a whole, its first row, the error saying how many rows
+//! the call had); `null` emits every row of a failed call with a null output;
+//! `skip` drops exactly the failed rows, each listed in the skip list by its
+//! file URL (or `udf row N` when it has no file) when its call's result is
+//! emitted (so in output order under `ordered = true`) and counted in the
+//! `skipped_rows` metric. A call of several rows whose error names the row
+//! that failed is run again without that row, so under `null` and `skip` only
+//! the rows that fail lose their values (k failing rows cost k more calls).
+//! Every row's prefetched files are released once its calls are done,
+//! whatever the outcome.
+//!
+//! Under `ordered = false` an operator emits results as calls finish and
+//! claims no output order; under `ordered = true` it keeps its input's order
+//! (see [`udf_properties`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -14,15 +33,17 @@ use datafusion::arrow::compute::take;
 use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::physical_plan::metrics::BaselineMetrics;
+use datafusion::physical_plan::metrics::{BaselineMetrics, Count, Gauge, MetricBuilder};
+use futures::{Stream, StreamExt};
 use tokio::sync::Semaphore;
-use udfchain_udfs::{CallError, File, FileSource, decode_column, with_file_source};
+use udfchain_udfs::{CallError, File, FileSource, UdfError, decode_column, with_file_source};
 
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
 
 use super::prefetch::PrefetchLink;
-use crate::cache::SharedCache;
+use super::report::SkipList;
+use crate::cache::{SharedCache, TempCache};
 use crate::error::Error;
 use crate::runtime::spawn_udf;
 use crate::settings::OnError;
@@ -43,17 +64,30 @@ pub struct UdfCall {
     pub parallel: usize,
     pub batch_size: usize,
     pub on_error: OnError,
+    /// Emit in input order (`true`) or as calls finish.
+    pub ordered: bool,
     pub storage_options: BTreeMap<String, String>,
     /// The shared cache dir, its size limit, and whether reads fill it (`cache = true`).
     cache: Option<(std::path::PathBuf, Option<u64>, bool)>,
     slots: Arc<Semaphore>,
-    skipped: std::sync::Mutex<Vec<String>>,
+    skipped: SkipList,
 }
 
 /// A call that failed, with the row (within the call's input batch) when known.
 pub struct Failure {
     pub row: Option<usize>,
     pub error: Error,
+}
+
+/// The source of a failure of a call of several rows that did not say which
+/// row failed: the error names the call's first row and this says how many
+/// rows the call had.
+#[derive(Debug, thiserror::Error)]
+#[error("the call of {rows} rows starting at this row failed: {source}")]
+struct WholeCall {
+    rows: usize,
+    #[source]
+    source: crate::error::Source,
 }
 
 impl UdfCall {
@@ -78,10 +112,11 @@ impl UdfCall {
             parallel: parallel.max(1),
             batch_size: batch_size.max(1),
             on_error,
+            ordered: true,
             storage_options,
             cache: None,
             slots: Arc::new(Semaphore::new(parallel.max(1))),
-            skipped: std::sync::Mutex::new(Vec::new()),
+            skipped: SkipList::default(),
         }
     }
 
@@ -89,6 +124,12 @@ impl UdfCall {
     /// `dir` when it holds them, and with `fill` (`cache = true`) go through it.
     pub fn with_cache(mut self, dir: std::path::PathBuf, limit: Option<u64>, fill: bool) -> Self {
         self.cache = Some((dir, limit, fill));
+        self
+    }
+
+    /// `ordered = false`: results are emitted as calls finish (default true).
+    pub fn with_ordered(mut self, ordered: bool) -> Self {
+        self.ordered = ordered;
         self
     }
 
@@ -175,43 +216,40 @@ impl UdfCall {
 
     /// Adds the file and absolute row of `f` (a failure on `batch`, whose first
     /// row is row `row_base` of the partition) and converts it for DataFusion.
+    /// A failure of several rows without a row names the first one.
     pub fn locate(&self, f: Failure, batch: &RecordBatch, row_base: u64) -> DataFusionError {
-        let row = match (f.row, batch.num_rows()) {
-            (Some(r), _) => Some(r),
-            (None, 1) => Some(0),
-            _ => None,
+        let rows = batch.num_rows();
+        let (row, whole) = match f.row {
+            Some(r) if r < rows => (r, false),
+            _ => (0, rows > 1),
         };
-        let file = row.and_then(|r| self.file_url(batch, r));
+        let file = self.file_url(batch, row);
         match f.error {
             Error::Udf { udf, source, .. } => Error::Udf {
                 udf,
                 file,
-                row: row.map(|r| row_base + r as u64),
-                source,
+                row: Some(row_base + row as u64),
+                source: if whole {
+                    Arc::new(WholeCall { rows, source })
+                } else {
+                    source
+                },
             },
             other => other,
         }
         .into_df()
     }
 
-    /// Records the rows of `batch` as skipped (`on_error = skip`), by file URL
-    /// where the row has a file, else by UDF and row number.
-    pub fn record_skip(&self, batch: &RecordBatch, row_base: u64) {
-        let mut skipped = self.skipped.lock().unwrap_or_else(|p| p.into_inner());
-        for r in 0..batch.num_rows() {
-            let what = self
-                .file_url(batch, r)
-                .unwrap_or_else(|| format!("{} row {}", self.name, row_base + r as u64));
-            skipped.push(what);
-        }
+    /// How row `row` of `batch` (row `row_base + row` of the partition) is
+    /// named in the skip list: the URL of its first `File`, else `udf row N`.
+    fn skip_entry(&self, batch: &RecordBatch, row: usize, row_base: u64) -> String {
+        self.file_url(batch, row)
+            .unwrap_or_else(|| format!("{} row {}", self.name, row_base + row as u64))
     }
 
-    /// What `record_skip` recorded.
-    pub fn skipped(&self) -> Vec<String> {
-        self.skipped
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+    /// The skip list of this UDF (`on_error = skip`), bounded.
+    pub(crate) fn skip_list(&self) -> &SkipList {
+        &self.skipped
     }
 
     /// Tells the prefetch cache that the rows of `batch` are done with their files.
@@ -237,6 +275,18 @@ impl UdfCall {
     }
 }
 
+/// How a UDF operator's output relates to its input.
+#[derive(Debug, Clone)]
+pub enum Shape {
+    /// Input columns then the UDF's column, at most one row per input row; as
+    /// many partitions as the input.
+    Append,
+    /// Like `Append`, but an input row may repeat (a generator).
+    Expand,
+    /// One partition of groups: these key columns then the UDF's column.
+    Group(Vec<usize>),
+}
+
 /// The parts every UDF operator has: its input, the UDF, how it is called, the
 /// link to the `PrefetchExec` below it, and the plan's bookkeeping.
 #[derive(Debug)]
@@ -248,8 +298,7 @@ pub struct UdfOperator<U: ?Sized> {
     pub schema: SchemaRef,
     pub properties: Arc<datafusion::physical_plan::PlanProperties>,
     pub metrics: ExecutionPlanMetricsSet,
-    /// One output partition (an aggregate), else as many as the input has.
-    single: bool,
+    shape: Shape,
 }
 
 impl<U: ?Sized> UdfOperator<U> {
@@ -259,23 +308,22 @@ impl<U: ?Sized> UdfOperator<U> {
         call: Arc<UdfCall>,
         link: Option<Arc<PrefetchLink>>,
         schema: SchemaRef,
-        single: bool,
+        shape: Shape,
     ) -> Self {
-        use datafusion::physical_plan::ExecutionPlanProperties;
-        let parts = if single {
-            1
-        } else {
-            input.output_partitioning().partition_count()
-        };
         Self {
-            properties: Arc::new(udf_properties(Arc::clone(&schema), parts)),
+            properties: Arc::new(udf_properties(
+                &input,
+                Arc::clone(&schema),
+                &shape,
+                call.ordered,
+            )),
             input,
             udf,
             call,
             link,
             schema,
             metrics: ExecutionPlanMetricsSet::new(),
-            single,
+            shape,
         }
     }
 
@@ -287,7 +335,7 @@ impl<U: ?Sized> UdfOperator<U> {
             Arc::clone(&self.call),
             self.link.clone(),
             Arc::clone(&self.schema),
-            self.single,
+            self.shape.clone(),
         )
     }
 
@@ -300,13 +348,17 @@ impl<U: ?Sized> UdfOperator<U> {
         ctx: &Arc<TaskContext>,
     ) -> DfResult<(SendableRecordBatchStream, Partition<U>, BaselineMetrics)> {
         let input = self.input.execute(partition, Arc::clone(ctx))?;
-        let local = self.link.as_ref().and_then(|l| l.local(partition));
+        let temp = self.link.as_ref().and_then(|l| l.temp(partition));
+        let local = temp.clone().map(|t| t as Arc<dyn LocalCopies>);
         let part = Partition {
             source: self.call.file_source(ctx, local.clone())?,
             local,
+            temp,
+            copies_left: MetricBuilder::new(&self.metrics).gauge("copies_left", partition),
             call: Arc::clone(&self.call),
             udf: Arc::clone(&self.udf),
             schema: Arc::clone(&self.schema),
+            skipped_rows: MetricBuilder::new(&self.metrics).counter("skipped_rows", partition),
         };
         Ok((input, part, BaselineMetrics::new(&self.metrics, partition)))
     }
@@ -323,6 +375,12 @@ pub struct Partition<U: ?Sized> {
     pub schema: SchemaRef,
     /// The copies the `PrefetchExec` below made, released row by row.
     pub local: Option<Arc<dyn LocalCopies>>,
+    /// The same copies, counted.
+    temp: Option<Arc<TempCache>>,
+    /// Copies still counted on when the output ended (0: every row released its files).
+    copies_left: Gauge,
+    /// Rows dropped under `on_error = skip` (every one, listed or not).
+    skipped_rows: Count,
 }
 
 impl<U: ?Sized> Clone for Partition<U> {
@@ -333,42 +391,227 @@ impl<U: ?Sized> Clone for Partition<U> {
             source: Arc::clone(&self.source),
             schema: Arc::clone(&self.schema),
             local: self.local.clone(),
+            temp: self.temp.clone(),
+            copies_left: self.copies_left.clone(),
+            skipped_rows: self.skipped_rows.clone(),
         }
     }
 }
 
 impl<U: ?Sized> Partition<U> {
-    /// Runs `udf_fn` on the params of `batch` (whose first row is row `base` of
-    /// the partition), releases the batch's prefetched files, and returns the
-    /// UDF's output column. A failure becomes what `on_error` says: an error
-    /// naming the UDF, file and row (`fail`), `None` with the rows recorded
-    /// (`skip`), or a column of nulls (`null`).
-    pub async fn call_column<F, Fut>(
+    /// A stream of no batches to chain after the operator's output: reached
+    /// when the output is complete, it records in `copies_left` how many of
+    /// the prefetched copies of this partition are still counted on (0 when
+    /// every row released its files).
+    pub fn end(&self) -> impl Stream<Item = DfResult<RecordBatch>> + Send + 'static {
+        let (temp, gauge) = (self.temp.clone(), self.copies_left.clone());
+        futures::stream::once(async move {
+            if let Some(temp) = temp {
+                gauge.set(temp.len());
+            }
+        })
+        .filter_map(|()| futures::future::ready(None))
+    }
+
+    /// Records rows `rows` of `batch` (whose first row is row `row_base` of
+    /// the partition) as dropped by `on_error = skip`.
+    pub fn skip(&self, batch: &RecordBatch, row_base: u64, rows: impl IntoIterator<Item = usize>) {
+        self.record(self.skips(batch, row_base, rows));
+    }
+
+    /// The skip-list entries of rows `rows` of `batch`, to [`Partition::record`]
+    /// when the call's result is emitted (so an ordered operator lists them in
+    /// output order).
+    pub fn skips(
+        &self,
+        batch: &RecordBatch,
+        row_base: u64,
+        rows: impl IntoIterator<Item = usize>,
+    ) -> Vec<String> {
+        rows.into_iter()
+            .map(|r| self.call.skip_entry(batch, r, row_base))
+            .collect()
+    }
+
+    /// Lists and counts rows dropped under `on_error = skip`.
+    pub fn record(&self, skipped: Vec<String>) {
+        for entry in skipped {
+            self.call.skipped.push(entry);
+            self.skipped_rows.add(1);
+        }
+    }
+
+    /// Records the skips of a finished call and passes on its rows.
+    pub fn emit(&self, done: Done) -> Option<RecordBatch> {
+        self.record(done.skipped);
+        done.batch
+    }
+
+    /// Runs `udf_fn` on the params of `batch` (whose first row is row `base`
+    /// of the partition), releases the batch's prefetched files, and returns
+    /// `batch` with the UDF's output column appended, `on_error` applied (see
+    /// the module header), with the rows it skipped (to [`Partition::emit`]).
+    pub async fn call_rows<F, Fut>(
         &self,
         batch: &RecordBatch,
         base: u64,
         udf_fn: F,
-    ) -> DfResult<Option<ArrayRef>>
+    ) -> DfResult<Done>
     where
-        F: FnOnce(Arc<U>, RecordBatch) -> Fut,
+        F: Fn(Arc<U>, RecordBatch) -> Fut,
         Fut: Future<Output = Result<ArrayRef, CallError>> + Send + 'static,
     {
-        let params = self.call.params_batch(batch)?;
-        let fut = udf_fn(Arc::clone(&self.udf), params);
-        let result = self.call.run(Arc::clone(&self.source), fut).await;
+        let result = self.isolate(batch, base, &udf_fn).await;
         self.call.release(&self.local, batch);
-        match result {
-            Ok(values) => Ok(Some(values)),
-            Err(f) => match self.call.on_error {
-                OnError::Fail => Err(self.call.locate(f, batch, base)),
-                OnError::Skip => {
-                    self.call.record_skip(batch, base);
-                    Ok(None)
+        let Isolated {
+            rows,
+            values,
+            mut failed,
+        } = result?;
+        let all = batch.num_rows();
+        if failed.is_empty()
+            && let Some(values) = values
+        {
+            return Done::rows(append_column(&self.schema, batch, values)?);
+        }
+        failed.sort_unstable();
+        if self.call.on_error == OnError::Skip {
+            let skipped = self.skips(batch, base, failed.iter().copied());
+            let batch = match values {
+                Some(values) => Some(append_column(
+                    &self.schema,
+                    &take_rows(batch, &rows)?,
+                    values,
+                )?),
+                None => None,
+            };
+            return Ok(Done { batch, skipped });
+        }
+        // `null`: every row, the failed ones with a null output.
+        let output = match values {
+            None => null_output(&self.schema, all),
+            Some(values) => {
+                let mut at: Vec<Option<u32>> = vec![None; all];
+                for (i, &r) in rows.iter().enumerate() {
+                    at[r] = Some(i as u32);
                 }
-                OnError::Null => Ok(Some(null_output(&self.schema, batch.num_rows()))),
-            },
+                take(values.as_ref(), &UInt32Array::from(at), None)?
+            }
+        };
+        Done::rows(append_column(&self.schema, batch, output)?)
+    }
+
+    /// Calls the UDF on `batch`; under `null` and `skip`, a failure naming its
+    /// row is retried without that row until a call succeeds or fails as a
+    /// whole. Under `fail`, a failure is the error.
+    async fn isolate<F, Fut>(
+        &self,
+        batch: &RecordBatch,
+        base: u64,
+        udf_fn: &F,
+    ) -> DfResult<Isolated>
+    where
+        F: Fn(Arc<U>, RecordBatch) -> Fut,
+        Fut: Future<Output = Result<ArrayRef, CallError>> + Send + 'static,
+    {
+        let mut rows: Vec<usize> = (0..batch.num_rows()).collect();
+        let mut failed = Vec::new();
+        loop {
+            let sub = if rows.len() == batch.num_rows() {
+                batch.clone()
+            } else {
+                take_rows(batch, &rows)?
+            };
+            let fut = udf_fn(Arc::clone(&self.udf), self.call.params_batch(&sub)?);
+            let result = match self.call.run(Arc::clone(&self.source), fut).await {
+                Ok(v) if v.len() == sub.num_rows() => Ok(v),
+                Ok(v) => Err(Failure {
+                    row: None,
+                    error: self.call.error(
+                        None,
+                        None,
+                        Arc::new(UdfError::Contract(format!(
+                            "{} returned {} values for {} rows",
+                            self.call.kind,
+                            v.len(),
+                            sub.num_rows()
+                        ))),
+                    ),
+                }),
+                Err(f) => Err(f),
+            };
+            match result {
+                Ok(values) => {
+                    return Ok(Isolated {
+                        rows,
+                        values: Some(values),
+                        failed,
+                    });
+                }
+                Err(f) if self.call.on_error == OnError::Fail => {
+                    return Err(self.call.locate(f, &sub, base));
+                }
+                Err(Failure { row: Some(r), .. }) if r < rows.len() && rows.len() > 1 => {
+                    failed.push(rows.remove(r));
+                }
+                Err(_) => {
+                    failed.append(&mut rows);
+                    return Ok(Isolated {
+                        rows,
+                        values: None,
+                        failed,
+                    });
+                }
+            }
         }
     }
+}
+
+/// The outcome of one call: the rows to emit and the skip-list entries of
+/// the rows it dropped.
+pub struct Done {
+    pub batch: Option<RecordBatch>,
+    pub skipped: Vec<String>,
+}
+
+impl Done {
+    pub fn rows(batch: RecordBatch) -> DfResult<Self> {
+        Ok(Self {
+            batch: Some(batch),
+            skipped: Vec::new(),
+        })
+    }
+
+    pub fn dropped(skipped: Vec<String>) -> DfResult<Self> {
+        Ok(Self {
+            batch: None,
+            skipped,
+        })
+    }
+}
+
+/// The outcome of [`Partition::isolate`]: the rows that have `values`, and
+/// the rows that failed (both indexes into the call's batch).
+struct Isolated {
+    rows: Vec<usize>,
+    values: Option<ArrayRef>,
+    failed: Vec<usize>,
+}
+
+/// Rows `rows` of `batch`, in that order.
+pub fn take_rows(batch: &RecordBatch, rows: &[usize]) -> DfResult<RecordBatch> {
+    let idx = UInt32Array::from(rows.iter().map(|&r| r as u32).collect::<Vec<_>>());
+    let cols = batch
+        .columns()
+        .iter()
+        .map(|c| Ok(take(c.as_ref(), &idx, None)?))
+        .collect::<DfResult<Vec<_>>>()?;
+    let opts = datafusion::arrow::array::RecordBatchOptions::new().with_row_count(Some(rows.len()));
+    Ok(RecordBatch::try_new_with_options(
+        batch.schema(),
+        cols,
+        &opts,
+    )?)
 }
 
 /// Splits `batch` into slices of at most `rows` rows.
@@ -456,18 +699,48 @@ macro_rules! unary_exec_boilerplate {
 
 pub(crate) use unary_exec_boilerplate;
 
-/// Plan properties of a UDF operator: `partitions` partitions of unknown layout,
-/// emitting incrementally.
+/// Plan properties of a UDF operator over `input`. Under `ordered`, the
+/// output keeps what the input's equivalence properties say about the columns
+/// it passes on (its orderings, constants and equalities; uniqueness only when
+/// rows are not repeated); otherwise nothing is claimed. Emits incrementally.
 pub fn udf_properties(
+    input: &Arc<dyn ExecutionPlan>,
     schema: SchemaRef,
-    partitions: usize,
+    shape: &Shape,
+    ordered: bool,
 ) -> datafusion::physical_plan::PlanProperties {
+    use datafusion::common::Constraints;
     use datafusion::physical_expr::EquivalenceProperties;
-    use datafusion::physical_plan::Partitioning;
+    use datafusion::physical_expr::equivalence::ProjectionMapping;
     use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+    use datafusion::physical_plan::{ExecutionPlanProperties, Partitioning};
+    let input_schema = input.schema();
+    let (kept, parts) = match shape {
+        Shape::Append | Shape::Expand => (
+            (0..input_schema.fields().len()).collect::<Vec<_>>(),
+            input.output_partitioning().partition_count(),
+        ),
+        Shape::Group(keys) => (keys.clone(), 1),
+    };
+    let eq = match ProjectionMapping::from_indices(&kept, &input_schema) {
+        Ok(mapping) if ordered => {
+            let mut eq = input
+                .equivalence_properties()
+                .project(&mapping, Arc::clone(&schema));
+            if parts == 1 && input.output_partitioning().partition_count() > 1 {
+                eq.clear_per_partition_constants();
+            }
+            if !matches!(shape, Shape::Append) {
+                // Repeated rows (several outputs of one row or group) are not unique.
+                eq.set_constraints(Constraints::default());
+            }
+            eq
+        }
+        _ => EquivalenceProperties::new(Arc::clone(&schema)),
+    };
     datafusion::physical_plan::PlanProperties::new(
-        EquivalenceProperties::new(schema),
-        Partitioning::UnknownPartitioning(partitions),
+        eq,
+        Partitioning::UnknownPartitioning(parts),
         EmissionType::Incremental,
         Boundedness::Bounded,
     )
@@ -477,4 +750,151 @@ pub fn udf_properties(
 pub fn null_output(schema: &SchemaRef, rows: usize) -> ArrayRef {
     let field = schema.field(schema.fields().len() - 1);
     datafusion::arrow::array::new_null_array(field.data_type(), rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::physical_expr::expressions::Column;
+    use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
+    use datafusion::physical_plan::empty::EmptyExec;
+    use datafusion::physical_plan::sorts::sort::SortExec;
+    use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
+    use udfchain_udfs::{agg_fn, batch_map_fn, gen_fn, map_fn};
+
+    use super::UdfCall;
+    use crate::settings::OnError;
+    use crate::plan::{AggregateExec, BatchMapExec, GenerateExec, MapExec};
+
+    /// `id, key` sorted by `id`.
+    fn sorted_input() -> Arc<dyn ExecutionPlan> {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::UInt64, false),
+            Field::new("key", DataType::Utf8, false),
+        ]));
+        let by_id = LexOrdering::new([PhysicalSortExpr::new_default(Arc::new(Column::new(
+            "id", 0,
+        )))])
+        .expect("ordering");
+        Arc::new(SortExec::new(by_id, Arc::new(EmptyExec::new(schema))))
+    }
+
+    fn call(ordered: bool) -> Arc<UdfCall> {
+        let params = vec![(0, "id".to_string())];
+        Arc::new(
+            UdfCall::new(
+                "v".into(),
+                "map",
+                params,
+                vec![],
+                vec![],
+                2,
+                2,
+                OnError::Fail,
+                Default::default(),
+            )
+            .with_ordered(ordered),
+        )
+    }
+
+    fn out_schema(input: &[&str]) -> Arc<Schema> {
+        let mut fields: Vec<Field> = input
+            .iter()
+            .map(|n| match *n {
+                "id" => Field::new("id", DataType::UInt64, false),
+                _ => Field::new(*n, DataType::Utf8, false),
+            })
+            .collect();
+        fields.push(Field::new("v", DataType::UInt64, true));
+        Arc::new(Schema::new(fields))
+    }
+
+    /// The ordering a plan declares, as text (`id@0 ASC`), if any.
+    fn ordering(plan: &dyn ExecutionPlan) -> Option<String> {
+        plan.output_ordering().map(|o| o.to_string())
+    }
+
+    #[test]
+    fn operators_declare_the_order_they_keep_and_none_when_unordered() {
+        let map = map_fn(&["id"], "v", |id: u64| async move {
+            Ok::<_, std::io::Error>(id)
+        })
+        .expect("map");
+        let batch = batch_map_fn(&["id"], "v", |ids: Vec<u64>| async move {
+            Ok::<_, std::io::Error>(ids)
+        })
+        .expect("batch_map");
+        let generator = gen_fn(&["id"], "v", |id: u64| {
+            futures::stream::iter([Ok::<_, std::io::Error>(id)])
+        })
+        .expect("gen");
+        let agg = agg_fn(&["id"], "v", |ids: Vec<u64>| async move {
+            Ok::<_, std::io::Error>(ids)
+        })
+        .expect("agg");
+        let by_id = Some("id@0 ASC".to_string());
+        for ordered in [true, false] {
+            let want = if ordered { by_id.clone() } else { None };
+            let appended = out_schema(&["id", "key"]);
+            let plans: Vec<Arc<dyn ExecutionPlan>> = vec![
+                Arc::new(MapExec::new(
+                    sorted_input(),
+                    Arc::clone(&map),
+                    call(ordered),
+                    None,
+                    Arc::clone(&appended),
+                )),
+                Arc::new(BatchMapExec::new(
+                    sorted_input(),
+                    Arc::clone(&batch),
+                    call(ordered),
+                    None,
+                    Arc::clone(&appended),
+                )),
+                Arc::new(GenerateExec::new(
+                    sorted_input(),
+                    Arc::clone(&generator),
+                    call(ordered),
+                    None,
+                    Arc::clone(&appended),
+                )),
+            ];
+            for plan in plans {
+                assert_eq!(
+                    ordering(plan.as_ref()),
+                    want,
+                    "{} ordered={ordered}",
+                    plan.name()
+                );
+                assert_eq!(
+                    plan.maintains_input_order(),
+                    vec![ordered],
+                    "{}",
+                    plan.name()
+                );
+            }
+            // An aggregate's output is its keys (here `id`) and the value.
+            let grouped = AggregateExec::new(
+                sorted_input(),
+                Arc::clone(&agg),
+                call(ordered),
+                vec![(0, "id".to_string())],
+                None,
+                out_schema(&["id"]),
+            );
+            assert_eq!(ordering(&grouped), want, "AggregateExec ordered={ordered}");
+            // Grouped by `key`, which the input is not sorted by: no order claimed.
+            let by_key = AggregateExec::new(
+                sorted_input(),
+                Arc::clone(&agg),
+                call(ordered),
+                vec![(1, "key".to_string())],
+                None,
+                out_schema(&["key"]),
+            );
+            assert_eq!(ordering(&by_key), None);
+        }
+    }
 }

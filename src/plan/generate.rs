@@ -3,12 +3,26 @@
 //!
 //! Guarantees: an expansion is streamed in batches of at most `batch_size` rows
 //! and never held whole (each running generator has a channel of two batches);
-//! output keeps input order; up to `parallel` rows expand at once on the UDF pool;
-//! dropping the stream aborts every running generator.
+//! up to `parallel` rows expand at once on the UDF pool; dropping the stream
+//! aborts every running generator.
+//!
+//! Order: with `ordered = true` expansions are emitted whole, one after the
+//! other in input order, so the output keeps the input's order and declares it
+//! (`maintains_input_order`, the input's orderings projected); with `ordered =
+//! false` the batches of all running expansions are emitted as they come (each
+//! expansion's own rows stay in order), so a slow row does not hold back the
+//! others, and no order is declared.
+//!
+//! `on_error` (see `common`): a failing row (the generator errs, panics or
+//! its stream yields an error) ends its expansion. `fail` fails the query
+//! naming the row's file and row; `null` emits the input row once with a null
+//! output; `skip` lists the row in the skip list. Batches the expansion
+//! streamed before it failed stay emitted (an expansion is never held whole).
 
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
+use std::task::Poll;
 
 use datafusion::arrow::array::{ArrayRef, RecordBatch};
 use datafusion::arrow::datatypes::SchemaRef;
@@ -21,8 +35,8 @@ use tokio::sync::mpsc;
 use udfchain_udfs::{CallError, Generator};
 
 use super::common::{
-    Failure, Partition, UdfCall, UdfOperator, append_column, null_output, repeat_row, slices,
-    unary_exec_boilerplate,
+    Failure, Partition, Shape, UdfCall, UdfOperator, append_column, null_output, repeat_row,
+    slices, unary_exec_boilerplate,
 };
 use super::prefetch::PrefetchLink;
 use crate::runtime::PoolTask;
@@ -42,7 +56,7 @@ impl GenerateExec {
         schema: SchemaRef,
     ) -> Self {
         Self {
-            op: UdfOperator::new(input, udf, call, link, schema, false),
+            op: UdfOperator::new(input, udf, call, link, schema, Shape::Expand),
         }
     }
 
@@ -73,12 +87,17 @@ impl DisplayAs for GenerateExec {
 impl ExecutionPlan for GenerateExec {
     unary_exec_boilerplate!("GenerateExec", op);
 
+    fn maintains_input_order(&self) -> Vec<bool> {
+        vec![self.op.call.ordered]
+    }
+
     fn execute(
         &self,
         partition: usize,
         ctx: Arc<TaskContext>,
     ) -> DfResult<SendableRecordBatchStream> {
         let (input, part, baseline) = self.op.start(partition, &ctx)?;
+        let end = part.end();
         let state = GenState {
             input,
             part,
@@ -95,7 +114,8 @@ impl ExecutionPlan for GenerateExec {
             if let Ok(b) = b {
                 baseline.record_output(b.num_rows());
             }
-        });
+        })
+        .chain(end);
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             Arc::clone(&self.op.schema),
             stream,
@@ -108,8 +128,16 @@ struct Job {
     row: RecordBatch,
     row_number: u64,
     outputs: mpsc::Receiver<Result<ArrayRef, CallError>>,
+    /// The channel is closed: only the task's result is left.
+    closed: bool,
     task: std::pin::Pin<Box<PoolTask<Result<(), Failure>>>>,
-    produced: usize,
+}
+
+/// What a running generator did next.
+enum Event {
+    Values(ArrayRef),
+    Failed(Failure),
+    Ended,
 }
 
 struct GenState {
@@ -127,26 +155,21 @@ impl GenState {
             if let Err(e) = self.start_jobs().await {
                 return Some(Err(e));
             }
-            let job = self.jobs.front_mut()?;
-            let failure = match job.outputs.recv().await {
-                Some(Ok(values)) => {
-                    job.produced += values.len();
-                    return Some(self.output(values));
-                }
-                Some(Err(e)) => self.failure(e.source.into()),
-                // The channel closed: the generator ended, failed or panicked.
-                None => match self.jobs.front_mut()?.task.as_mut().await {
-                    Ok(Ok(())) => {
-                        if let Some(job) = self.jobs.pop_front() {
-                            self.part.call.release(&self.part.local, &job.row);
-                        }
-                        continue;
+            if self.jobs.is_empty() {
+                return None;
+            }
+            let (i, event) = self.event().await;
+            let failure = match event {
+                Event::Values(values) => return Some(self.output(i, values)),
+                Event::Ended => {
+                    if let Some(job) = self.jobs.remove(i) {
+                        self.part.call.release(&self.part.local, &job.row);
                     }
-                    Ok(Err(f)) => f,
-                    Err(panic) => self.failure(Arc::new(std::io::Error::other(panic))),
-                },
+                    continue;
+                }
+                Event::Failed(f) => f,
             };
-            let job = self.jobs.pop_front()?;
+            let job = self.jobs.remove(i)?;
             self.part.call.release(&self.part.local, &job.row);
             match self.part.call.on_error {
                 OnError::Fail => {
@@ -156,17 +179,60 @@ impl GenState {
                         job.row_number,
                     )));
                 }
-                OnError::Null if job.produced == 0 => {
+                OnError::Null => {
                     return Some(append_column(
                         &self.part.schema,
                         &job.row,
                         null_output(&self.part.schema, 1),
                     ));
                 }
-                OnError::Skip => self.part.call.record_skip(&job.row, job.row_number),
-                OnError::Null => {}
+                OnError::Skip => self.part.skip(&job.row, job.row_number, [0]),
             }
         }
+    }
+
+    /// Waits for the next event of the first job (`ordered`) or of any job,
+    /// and returns it with the job's index.
+    async fn event(&mut self) -> (usize, Event) {
+        let ordered = self.part.call.ordered;
+        let name = self.part.call.name.clone();
+        let jobs = &mut self.jobs;
+        std::future::poll_fn(move |cx| {
+            let n = if ordered {
+                jobs.len().min(1)
+            } else {
+                jobs.len()
+            };
+            for (i, job) in jobs.iter_mut().take(n).enumerate() {
+                if !job.closed {
+                    match job.outputs.poll_recv(cx) {
+                        Poll::Ready(Some(Ok(values))) => {
+                            return Poll::Ready((i, Event::Values(values)));
+                        }
+                        Poll::Ready(Some(Err(e))) => {
+                            return Poll::Ready((
+                                i,
+                                Event::Failed(failure(&name, e.source.into())),
+                            ));
+                        }
+                        Poll::Ready(None) => job.closed = true,
+                        Poll::Pending => continue,
+                    }
+                }
+                // The channel closed: the generator ended, failed or panicked.
+                match job.task.as_mut().poll(cx) {
+                    Poll::Ready(Ok(Ok(()))) => return Poll::Ready((i, Event::Ended)),
+                    Poll::Ready(Ok(Err(f))) => return Poll::Ready((i, Event::Failed(f))),
+                    Poll::Ready(Err(panic)) => {
+                        let source = Arc::new(std::io::Error::other(panic));
+                        return Poll::Ready((i, Event::Failed(failure(&name, source))));
+                    }
+                    Poll::Pending => {}
+                }
+            }
+            Poll::Pending
+        })
+        .await
     }
 
     /// Starts generators until `parallel` run, pulling input as needed.
@@ -223,30 +289,31 @@ impl GenState {
             row,
             row_number,
             outputs: rx,
+            closed: false,
             task: Box::pin(task),
-            produced: 0,
         })
     }
 
-    fn output(&self, values: ArrayRef) -> DfResult<RecordBatch> {
+    fn output(&self, job: usize, values: ArrayRef) -> DfResult<RecordBatch> {
         let job = self
             .jobs
-            .front()
+            .get(job)
             .ok_or_else(|| datafusion::error::DataFusionError::Internal("no job".into()))?;
         let repeated =
             RecordBatch::try_new(job.row.schema(), repeat_row(&job.row, 0, values.len())?)?;
         append_column(&self.part.schema, &repeated, values)
     }
+}
 
-    fn failure(&self, source: crate::error::Source) -> Failure {
-        Failure {
-            row: Some(0),
-            error: crate::Error::Udf {
-                udf: self.part.call.name.clone(),
-                file: None,
-                row: None,
-                source,
-            },
-        }
+/// A failure of the one-row call of generator `udf`.
+fn failure(udf: &str, source: crate::error::Source) -> Failure {
+    Failure {
+        row: Some(0),
+        error: crate::Error::Udf {
+            udf: udf.to_string(),
+            file: None,
+            row: None,
+            source,
+        },
     }
 }

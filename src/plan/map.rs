@@ -1,11 +1,15 @@
 //! `MapExec`: one row in, one value out, appended as a new column.
 //!
-//! Guarantees: output rows are the input rows in input order, each with the
-//! UDF's value (or null under `on_error = null`; dropped under `skip`); up to
-//! `parallel` calls run at once on the UDF pool; input is pulled only as calls
-//! finish, so a dropped stream or a `limit` above stops the work. Rows whose
-//! input holds `File`s go one per call, so each file is its own unit of work,
-//! error and cancellation.
+//! Guarantees: output rows are the input rows, each with the UDF's value (or
+//! null under `on_error = null`; dropped under `skip`; see `common` for the
+//! one meaning of `on_error`); with `ordered = true` in input order (and the
+//! input's order is declared kept), with `ordered = false` in the order calls
+//! finish, so one slow row does not hold back the others (no order declared);
+//! up to `parallel` calls run at once on the UDF pool; input is pulled only as
+//! calls finish, so a dropped stream or a `limit` above stops the work. Rows
+//! whose input holds `File`s go one per call, so each file is its own unit of
+//! work, error and cancellation; other rows go up to 1024 per call under
+//! `on_error = fail` and one per call otherwise.
 
 use std::fmt;
 use std::sync::Arc;
@@ -19,7 +23,7 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use futures::stream::{self, StreamExt, TryStreamExt};
 use udfchain_udfs::Mapper;
 
-use super::common::{UdfCall, UdfOperator, append_column, slices, unary_exec_boilerplate};
+use super::common::{Shape, UdfCall, UdfOperator, slices, unary_exec_boilerplate};
 use super::prefetch::PrefetchLink;
 use crate::settings::OnError;
 
@@ -40,7 +44,7 @@ impl MapExec {
         schema: SchemaRef,
     ) -> Self {
         Self {
-            op: UdfOperator::new(input, udf, call, link, schema, false),
+            op: UdfOperator::new(input, udf, call, link, schema, Shape::Append),
         }
     }
 
@@ -71,7 +75,7 @@ impl ExecutionPlan for MapExec {
     unary_exec_boilerplate!("MapExec", op);
 
     fn maintains_input_order(&self) -> Vec<bool> {
-        vec![true]
+        vec![self.op.call.ordered]
     }
 
     fn execute(
@@ -80,7 +84,7 @@ impl ExecutionPlan for MapExec {
         ctx: Arc<TaskContext>,
     ) -> DfResult<SendableRecordBatchStream> {
         let (input, part, baseline) = self.op.start(partition, &ctx)?;
-        let call = &part.call;
+        let call = Arc::clone(&part.call);
         let rows_per_call = if call.file_cols.is_empty() && call.on_error == OnError::Fail {
             VALUE_ROWS_PER_CALL
         } else {
@@ -88,7 +92,9 @@ impl ExecutionPlan for MapExec {
         };
         let mut seen = 0u64;
         let out_schema = Arc::clone(&part.schema);
-        let stream = input
+        let end = part.end();
+        let out = part.clone();
+        let calls = input
             .map_ok(move |batch| {
                 let parts: Vec<DfResult<(u64, RecordBatch)>> = slices(&batch, rows_per_call)
                     .into_iter()
@@ -105,19 +111,22 @@ impl ExecutionPlan for MapExec {
                 let part = part.clone();
                 async move {
                     let (base, chunk) = chunk?;
-                    let values =
-                        part.call_column(&chunk, base, |udf, params| async move {
-                            udf.map(params).await
-                        })
-                        .await?;
-                    values
-                        .map(|v| append_column(&part.schema, &chunk, v))
-                        .transpose()
+                    part.call_rows(
+                        &chunk,
+                        base,
+                        |udf, params| async move { udf.map(params).await },
+                    )
+                    .await
                 }
-            })
-            .buffered(self.op.call.parallel)
-            .try_filter_map(|b| futures::future::ready(Ok(b)))
-            .inspect_ok(move |b| baseline.record_output(b.num_rows()));
+            });
+        let stream = if call.ordered {
+            calls.buffered(call.parallel).boxed()
+        } else {
+            calls.buffer_unordered(call.parallel).boxed()
+        }
+        .try_filter_map(move |done| futures::future::ready(Ok(out.emit(done))))
+        .inspect_ok(move |b| baseline.record_output(b.num_rows()))
+        .chain(end);
         Ok(Box::pin(RecordBatchStreamAdapter::new(out_schema, stream)))
     }
 }

@@ -100,7 +100,8 @@ impl ExtensionPlanner for UdfPlanner {
                 s.get_on_error(),
                 s.get_storage_options().clone(),
             )
-            .with_cache(s.cache_dir(), s.get_cache_limit(), s.get_cache()),
+            .with_cache(s.cache_dir(), s.get_cache_limit(), s.get_cache())
+            .with_ordered(s.get_ordered()),
         );
         let schema = Arc::new(node.schema().as_arrow().clone());
         let mut keys = Vec::new();

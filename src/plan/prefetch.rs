@@ -15,8 +15,12 @@
 //! - every download is a task aborted when the stream is dropped; the temp dir
 //!   (see `TempCache`) goes away with the stream;
 //! - a download that fails after retries fails the query naming the file
-//!   (`on_error = fail`), drops the row and records the file (`skip`), or passes
-//!   the row on uncached so the UDF's own read fails into a null (`null`).
+//!   (`on_error = fail`), drops the row, releasing the copies it took, and
+//!   records the file (`skip`), or passes the row on without a copy of that
+//!   file (its other files are still fetched) so the UDF's own read fails into
+//!   a null (`null`); each file of a row
+//!   passed on holds exactly one reference in the temp cache, released by the
+//!   UDF when the row is done.
 //! - `prefetch = auto` sizes the window by Little's law, within 1..=max_connections:
 //!   eight times the rows the UDF takes per round trip (the shortest recent time
 //!   to first byte; the larger of the last round trip's count and the mean of
@@ -49,6 +53,7 @@ use tokio::sync::Semaphore;
 use udfchain_udfs::{File, decode_column};
 
 use super::common::{slices, unary_exec_boilerplate};
+use super::report::SkipList;
 use crate::cache::{SharedCache, TempCache};
 use crate::error::Error;
 use crate::runtime::{PoolTask, spawn_on};
@@ -60,24 +65,29 @@ use crate::storage::{Downloaded, StoreSource, download_bytes, download_to};
 /// `PrefetchExec` made (they are created when the partition starts).
 #[derive(Debug, Default)]
 pub struct PrefetchLink {
-    partitions: Mutex<HashMap<usize, Weak<dyn LocalCopies>>>,
+    partitions: Mutex<HashMap<usize, Weak<TempCache>>>,
 }
 
 impl PrefetchLink {
-    fn publish(&self, partition: usize, local: &Arc<dyn LocalCopies>) {
+    fn publish(&self, partition: usize, temp: &Arc<TempCache>) {
         self.partitions
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(partition, Arc::downgrade(local));
+            .insert(partition, Arc::downgrade(temp));
     }
 
-    /// The local copies of `partition`, once its prefetch stream has started.
-    pub fn local(&self, partition: usize) -> Option<Arc<dyn LocalCopies>> {
+    /// The temp cache of `partition`, once its prefetch stream has started.
+    pub fn temp(&self, partition: usize) -> Option<Arc<TempCache>> {
         self.partitions
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(&partition)?
             .upgrade()
+    }
+
+    /// The local copies of `partition`, once its prefetch stream has started.
+    pub fn local(&self, partition: usize) -> Option<Arc<dyn LocalCopies>> {
+        self.temp(partition).map(|t| t as Arc<dyn LocalCopies>)
     }
 }
 
@@ -104,7 +114,7 @@ pub struct PrefetchExec {
     options: PrefetchOptions,
     connections: Arc<Semaphore>,
     link: Arc<PrefetchLink>,
-    skipped: Arc<Mutex<Vec<String>>>,
+    skipped: Arc<SkipList>,
     properties: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
 }
@@ -141,12 +151,9 @@ impl PrefetchExec {
         )
     }
 
-    /// URLs of the files dropped under `on_error = skip`.
-    pub fn skipped(&self) -> Vec<String> {
-        self.skipped
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+    /// URLs of the files dropped under `on_error = skip` (bounded).
+    pub(crate) fn skip_list(&self) -> &SkipList {
+        &self.skipped
     }
 }
 
@@ -186,8 +193,7 @@ impl ExecutionPlan for PrefetchExec {
         };
         let fallback = shared.clone().map(|s| s as Arc<dyn LocalCopies>);
         let temp = TempCache::create(&self.options.root, fallback).map_err(Error::into_df)?;
-        let local: Arc<dyn LocalCopies> = Arc::clone(&temp) as _;
-        self.link.publish(partition, &local);
+        self.link.publish(partition, &temp);
         let m = |name: &'static str| MetricBuilder::new(&self.metrics).counter(name, partition);
         let metrics = PrefetchMetrics {
             files_fetched: m("files_fetched"),
@@ -277,7 +283,7 @@ struct Shared {
     pinned: Mutex<Option<File>>,
     /// Per-object locks: one download of an object at a time.
     fetching: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-    skipped: Arc<Mutex<Vec<String>>>,
+    skipped: Arc<SkipList>,
     metrics: PrefetchMetrics,
     /// The shortest recent time to first byte of a download (for `auto`).
     round_trip: Mutex<RoundTrip>,
@@ -356,6 +362,8 @@ impl PrefetchStream {
                 self.start(row, files, bytes);
             }
             if self.queue.len() == 0 && self.rows.is_empty() && self.input_done {
+                // Every row is out: the pin has no next member to serve.
+                self.shared.unpin();
                 return None;
             }
             let want_input =
@@ -448,28 +456,31 @@ impl PrefetchStream {
 
 impl Shared {
     /// Downloads the files of a one-row batch; `None` when the row is skipped.
+    /// A row passed on holds one reference per file in `temp` (under `null`, a
+    /// placeholder for a file whose download failed), which the UDF above
+    /// releases when the row is done; a skipped row releases what it took.
     async fn fetch_row(&self, row: RecordBatch, files: Vec<File>) -> DfResult<Option<RecordBatch>> {
+        let mut held: Vec<File> = Vec::with_capacity(files.len());
         for file in files {
-            let fetched = self.fetch_file(&file).await;
-            if fetched.is_ok() && file.member().is_some() {
-                self.pin(file.parent());
-            }
-            match fetched {
-                Ok(_) => {}
-                Err(e) => {
-                    return match self.on_error {
-                        OnError::Fail => Err(e.into_df()),
-                        OnError::Skip => {
-                            self.metrics.skipped_files.add(1);
-                            self.skipped
-                                .lock()
-                                .unwrap_or_else(|p| p.into_inner())
-                                .push(file.url());
-                            Ok(None)
-                        }
-                        OnError::Null => Ok(Some(row)),
-                    };
+            match self.fetch_file(&file).await {
+                Ok(_) => {
+                    if file.member().is_some() {
+                        self.pin(file.parent());
+                    }
+                    held.push(file);
                 }
+                Err(e) => match self.on_error {
+                    OnError::Fail => return Err(e.into_df()),
+                    OnError::Skip => {
+                        for f in &held {
+                            self.temp.release(f);
+                        }
+                        self.metrics.skipped_files.add(1);
+                        self.skipped.push(file.url());
+                        return Ok(None);
+                    }
+                    OnError::Null => self.temp.hold_missing(&file),
+                },
             }
         }
         Ok(Some(row))
@@ -487,6 +498,14 @@ impl Shared {
         if self.temp.acquire(&parent)
             && let Some(old) = pinned.replace(parent)
         {
+            self.temp.release(&old);
+        }
+    }
+
+    /// Drops the extra hold of the pinned parent.
+    fn unpin(&self) {
+        let old = self.pinned.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(old) = old {
             self.temp.release(&old);
         }
     }

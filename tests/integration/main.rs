@@ -8,6 +8,7 @@ mod cli;
 mod datasets;
 mod errors;
 mod execution;
+mod on_error;
 mod prefetch;
 mod redaction;
 mod relational;
