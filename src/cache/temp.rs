@@ -268,11 +268,6 @@ mod tests {
         drop(live);
         assert!(!dir.exists(), "removed when the cache is dropped");
     }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
 
     fn file(path: &str) -> File {
         File {
