@@ -548,7 +548,7 @@ fn held(tmp: &Path) -> BTreeSet<String> {
         {
             let name = f.file_name().to_string_lossy().to_string();
             if let Some((_, ext)) = name.rsplit_once('.')
-                && name != "owner.pid"
+                && f.file_name() != udfchain::util::owner::LOCK_FILE
             {
                 out.insert(ext.to_string());
             }
