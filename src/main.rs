@@ -14,7 +14,7 @@ use datafusion::arrow::util::pretty::pretty_format_batches;
 use datafusion::physical_plan::ExecutionPlan;
 use futures::StreamExt;
 use udfchain::cache::SharedCache;
-use udfchain::script::{Execution, Output, Statement, locate, split};
+use udfchain::script::{Execution, Output, locate, split};
 use udfchain::{Catalog, Error, RunReport, ScriptRunner, Session, Settings, col};
 
 #[derive(Parser)]
@@ -216,7 +216,9 @@ async fn run(cli: Cli) -> udfchain::Result<()> {
                     );
                 }
                 CacheCommand::Prune { to } => {
-                    let limit = parse_size(&to)?;
+                    let limit = udfchain::chain::parse_size(&to).ok_or_else(|| {
+                        Error::Plan(format!("bad size {to:?} (e.g. 500m, 2g, 1048576)"))
+                    })?;
                     let removed = cache.prune_to(limit)?;
                     println!("removed {} entries, {} bytes", removed.files, removed.bytes);
                 }
@@ -240,20 +242,6 @@ fn read_script(path: &str) -> udfchain::Result<String> {
     std::fs::read_to_string(path).map_err(|e| Error::Plan(format!("reading script {path}: {e}")))
 }
 
-fn parse_size(text: &str) -> udfchain::Result<u64> {
-    let t = text.trim().to_ascii_lowercase();
-    let (num, mult) = match t.chars().last() {
-        Some('k') => (&t[..t.len() - 1], 1u64 << 10),
-        Some('m') => (&t[..t.len() - 1], 1 << 20),
-        Some('g') => (&t[..t.len() - 1], 1 << 30),
-        _ => (t.as_str(), 1),
-    };
-    num.trim()
-        .parse::<u64>()
-        .map(|n| n * mult)
-        .map_err(|_| Error::Plan(format!("bad size {text:?} (e.g. 500m, 2g, 1048576)")))
-}
-
 /// Runs every statement, printing tables and messages as they come.
 async fn run_script(
     session: &Arc<Session>,
@@ -262,10 +250,16 @@ async fn run_script(
     explain: bool,
 ) -> udfchain::Result<()> {
     let runner = ScriptRunner::new(Arc::clone(session));
-    for stmt in split(script) {
-        let stmt = if explain { explained(stmt) } else { stmt };
+    for stmt in split(script)? {
         let result = async {
-            match runner.execute(&stmt).await? {
+            // `explain`: queries (and the query of a `CREATE DATASET`) are
+            // explained, not run or saved; `SET` still applies.
+            let execution = if explain {
+                runner.explain(&stmt).await?
+            } else {
+                runner.execute(&stmt).await?
+            };
+            match execution {
                 Execution::Done(Output::Message(m)) => {
                     eprintln!("{m}");
                     Ok(())
@@ -281,29 +275,6 @@ async fn run_script(
         result.map_err(|e| locate(e, &stmt))?;
     }
     Ok(())
-}
-
-/// The statement `explain` runs instead of `stmt`: queries (including the query
-/// of a `CREATE DATASET`) are explained, not run; `SET` still applies.
-fn explained(stmt: Statement) -> Statement {
-    let text = stmt.text.trim_start();
-    let upper = text.to_ascii_uppercase();
-    let query = if upper.starts_with("SET") || upper.starts_with("SHOW DATASETS") {
-        return stmt;
-    } else if upper.starts_with("CREATE DATASET") {
-        let rest = text["CREATE DATASET".len()..].trim_start();
-        let after_name = rest
-            .split_once(char::is_whitespace)
-            .map(|x| x.1)
-            .unwrap_or("");
-        after_name.trim_start().get(2..).unwrap_or("").to_string()
-    } else {
-        text.to_string()
-    };
-    Statement {
-        text: format!("EXPLAIN {query}"),
-        ..stmt
-    }
 }
 
 /// Executes a plan; on a terminal, shows rows/s and the prefetch counters.

@@ -10,7 +10,7 @@ mod expr;
 mod settings;
 
 pub use expr::col;
-pub use settings::{OnError, Prefetch, Settings};
+pub use settings::{OnError, Prefetch, Settings, parse_size};
 
 use std::fmt;
 use std::sync::Arc;
