@@ -216,8 +216,12 @@ async fn run(cli: Cli) -> udfchain::Result<()> {
                     );
                 }
                 CacheCommand::Prune { to } => {
-                    let limit = udfchain::chain::parse_size(&to).ok_or_else(|| {
-                        Error::Plan(format!("bad size {to:?} (e.g. 500m, 2g, 1048576)"))
+                    let limit = udfchain::chain::parse_size(&to).ok_or_else(|| Error::Setting {
+                        name: "--to".into(),
+                        value: to.clone(),
+                        reason: format!(
+                            "must be a size in bytes (e.g. 1048576, 512k, 64m, 2g), got {to:?}"
+                        ),
                     })?;
                     let removed = cache.prune_to(limit)?;
                     println!("removed {} entries, {} bytes", removed.files, removed.bytes);

@@ -61,22 +61,6 @@ pub enum Kind {
     Sql,
 }
 
-impl Statement {
-    /// Recognises `text` as one statement at line 1, column 1 (a trailing `;`
-    /// is allowed); an error if it holds none or several.
-    pub fn parse(text: &str) -> Result<Statement> {
-        let mut all = split(text)?;
-        match (all.pop(), all.is_empty()) {
-            (Some(one), true) => Ok(one),
-            (None, _) => Err(Error::Syntax("no statement".into())),
-            (Some(_), false) => Err(Error::Syntax(format!(
-                "one statement expected, got {}",
-                all.len() + 1
-            ))),
-        }
-    }
-}
-
 /// Splits a script into its statements and recognises each.
 pub fn split(script: &str) -> Result<Vec<Statement>> {
     Ok(statements(script)?.into_iter().map(|(_, s)| s).collect())
