@@ -428,7 +428,13 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(512))]
+        // 512 cases a run; failures print their input (no regressions file
+        // at the top level of the repository).
+        #![proptest_config(ProptestConfig {
+            cases: 512,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        })]
 
         /// Any name and value: a setting or a one-line refusal, never a panic.
         #[test]

@@ -245,13 +245,15 @@ fn classify(script: &str, toks: &[Tok], top: bool) -> Result<Kind> {
     let syntax = |m: &str| Error::Syntax(m.to_string());
 
     if top && kw(0, "SET") {
-        let eq = (1..sig.len())
-            .find(|&i| toks[sig[i]].token == Token::Eq || kw(i, "TO"))
-            .filter(|&i| i >= 2 && i < last)
-            .ok_or_else(|| syntax("SET needs `name = value`"))?;
-        let name = setting_name(span(1, eq - 1)).ok_or_else(|| {
+        let name = setting_name(toks, &sig).ok_or_else(|| {
             syntax("SET needs a setting name such as `prefetch` or `storage.region`")
         })?;
+        let eq = name.1;
+        if !(sig.get(eq).is_some_and(|&j| toks[j].token == Token::Eq) || kw(eq, "TO")) || eq >= last
+        {
+            return Err(syntax("SET needs `name = value`"));
+        }
+        let name = name.0;
         let value = one_value(script, span(eq + 1, last)).ok_or_else(|| {
             Error::Syntax(format!(
                 "the value of {name} has spaces in it: quote it ('...')"
@@ -261,9 +263,14 @@ fn classify(script: &str, toks: &[Tok], top: bool) -> Result<Kind> {
     }
     if kw(0, "CREATE") && kw(1, "DATASET") {
         let usage = "CREATE DATASET needs `name AS query`";
-        let as_ = (2..sig.len())
-            .find(|&i| kw(i, "AS"))
-            .filter(|&i| i > 2)
+        // The `AS` after the name: apart from it (a name such as `a-as` holds
+        // the word `as`), unless the name is quoted.
+        let apart = |i: usize| {
+            toks[sig[i] - 1].is_space()
+                || matches!(&toks[sig[i - 1]].token, Token::Word(w) if w.quote_style.is_some())
+        };
+        let as_ = (3..sig.len())
+            .find(|&i| kw(i, "AS") && apart(i))
             .ok_or_else(|| syntax(usage))?;
         if as_ == last {
             return Err(syntax(usage));
@@ -314,20 +321,23 @@ fn classify(script: &str, toks: &[Tok], top: bool) -> Result<Kind> {
     Ok(Kind::Sql)
 }
 
-/// Words joined by periods (spaces around them allowed, as in SQL compound
-/// names): `prefetch`, `storage.region`, `"storage"."region"`.
-fn setting_name(toks: &[Tok]) -> Option<String> {
-    let mut name = String::new();
-    let mut n = 0;
-    for (i, t) in toks.iter().filter(|t| !t.is_space()).enumerate() {
-        match (&t.token, i % 2) {
-            (Token::Word(w), 0) => name.push_str(&w.value),
-            (Token::Period, 1) => name.push('.'),
-            _ => return None,
-        }
-        n = i + 1;
+/// The name after `SET`: words joined by periods (spaces around them allowed,
+/// as in SQL compound names: `prefetch`, `storage.region`, `"storage"."region"`;
+/// a keyword such as `to` is a name here), with the index in `sig` of what
+/// follows it.
+fn setting_name(toks: &[Tok], sig: &[usize]) -> Option<(String, usize)> {
+    let word = |i: usize| match sig.get(i).map(|&j| &toks[j].token) {
+        Some(Token::Word(w)) => Some(w.value.as_str()),
+        _ => None,
+    };
+    let mut name = word(1)?.to_string();
+    let mut i = 2;
+    while sig.get(i).is_some_and(|&j| toks[j].token == Token::Period) {
+        name.push('.');
+        name.push_str(word(i + 1)?);
+        i += 2;
     }
-    (n % 2 == 1).then_some(name)
+    Some((name, i))
 }
 
 /// A value of one token or of tokens with nothing between them: a quoted
@@ -433,6 +443,9 @@ mod tests {
         assert_eq!(one("SET x = 'a;b'").kind, set("x", "a;b"));
         assert_eq!(one("SET x = 'it''s'").kind, set("x", "it's"));
         assert_eq!(one("SET prefetch=-1").kind, set("prefetch", "-1"));
+        // Found by `set_values_come_back_as_written`: a keyword as the name.
+        assert_eq!(one("SET to = ''").kind, set("to", ""));
+        assert_eq!(one("SET as TO to").kind, set("as", "to"));
         assert_eq!(
             one("SET storage . endpoint = 'http://127.0.0.1:9000' -- c").kind,
             set("storage.endpoint", "http://127.0.0.1:9000")
@@ -501,6 +514,20 @@ mod tests {
             one("CREATE DATASET my-data.v2 AS SELECT 1").kind,
             Kind::CreateDataset { name, .. } if name == "my-data.v2"
         ));
+        // Found by `create_dataset_parts_whatever_the_separators`.
+        assert!(matches!(
+            one("CREATE DATASET a-as AS SELECT 1").kind,
+            Kind::CreateDataset { name, .. } if name == "a-as"
+        ));
+        for (script, want) in [
+            ("CREATE DATASET \"b\"AS SELECT 1", "b"),
+            ("CREATE DATASET as AS SELECT 1", "as"),
+        ] {
+            assert!(
+                matches!(&one(script).kind, Kind::CreateDataset { name, query } if name == want && query.text == "SELECT 1"),
+                "{script}"
+            );
+        }
         assert!(
             split("  ;; -- only a comment\n /* and another */ ;")
                 .expect("ok")
@@ -592,8 +619,92 @@ mod tests {
         f.starts_with("--") || f.starts_with("/*")
     }
 
+    /// Between words: any whitespace, comments, or both.
+    const SEPARATORS: &[&str] = &[
+        " ",
+        "  ",
+        "\t",
+        "\n",
+        "\r\n",
+        " /* ; */ ",
+        "/**/",
+        " -- ; 'x\n",
+        "\n\t-- c\n  ",
+    ];
+
+    /// `kw` in a random ASCII case.
+    fn cased(kw: &str, mask: u32) -> String {
+        kw.chars()
+            .enumerate()
+            .map(|(i, c)| {
+                if mask >> (i % 32) & 1 == 1 {
+                    c.to_ascii_lowercase()
+                } else {
+                    c
+                }
+            })
+            .collect()
+    }
+
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(512))]
+        // 512 cases a run; failures print their input (no regressions file
+        // at the top level of the repository).
+        #![proptest_config(ProptestConfig {
+            cases: 512,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        })]
+
+        /// `CREATE DATASET name AS query` with any case and separators gives
+        /// the name and the query exactly as written.
+        #[test]
+        fn create_dataset_parts_whatever_the_separators(
+            seps in prop::collection::vec(0..SEPARATORS.len(), 6),
+            masks in prop::collection::vec(any::<u32>(), 3),
+            name in "[a-z_][a-z0-9_]{0,4}([.-][a-z_][a-z0-9_]{0,3}){0,2}",
+            quoted in any::<bool>(),
+            query in prop::collection::vec(0..FRAGMENTS.len(), 1..6),
+        ) {
+            let query: Vec<&str> = query.into_iter().map(|f| FRAGMENTS[f]).filter(|f| !is_comment(f)).collect();
+            prop_assume!(!query.is_empty());
+            let query = query.join(" ");
+            let written = if quoted { format!("\"{name}\"") } else { name.clone() };
+            let sep = |i: usize| SEPARATORS[seps[i]];
+            let script = format!(
+                "{}{}{}{}{}{written}{}{}{}{query}{};",
+                sep(0), cased("CREATE", masks[0]), sep(1), cased("DATASET", masks[1]), sep(2),
+                sep(3), cased("AS", masks[2]), sep(4), sep(5),
+            );
+            let all = split(&script);
+            let kind = all.as_ref().ok().and_then(|a| a.first()).map(|s| s.kind.clone());
+            match kind {
+                Some(Kind::CreateDataset { name: n, query: q }) => {
+                    prop_assert_eq!(n, name);
+                    prop_assert_eq!(q.text, query);
+                }
+                other => prop_assert!(false, "{:?} {:?}", script, other),
+            }
+        }
+
+        /// `SET name = 'value'`: any value, quotes doubled, comes back as is.
+        #[test]
+        fn set_values_come_back_as_written(
+            seps in prop::collection::vec(0..SEPARATORS.len(), 4),
+            mask in any::<u32>(),
+            name in "[a-z_]{1,8}(\\.[a-z_]{1,8})?",
+            value in "\\PC{0,20}",
+            to in any::<bool>(),
+        ) {
+            let sep = |i: usize| SEPARATORS[seps[i]];
+            let eq = if to { cased("TO", mask) } else { "=".into() };
+            let script = format!(
+                "{}{}{}{name}{}{eq}{}'{}'",
+                sep(0), cased("SET", mask), sep(1), sep(2), sep(3), value.replace('\'', "''")
+            );
+            let all = split(&script).map_err(|e| TestCaseError::fail(format!("{script:?}: {e}")))?;
+            prop_assert_eq!(all.len(), 1);
+            prop_assert_eq!(&all[0].kind, &Kind::Set { name, value });
+        }
 
         /// Any text: `Ok` or `Err`, never a panic; statements are in order,
         /// each is its byte range of the script, and what lies between them
