@@ -245,15 +245,13 @@ fn classify(script: &str, toks: &[Tok], top: bool) -> Result<Kind> {
     let syntax = |m: &str| Error::Syntax(m.to_string());
 
     if top && kw(0, "SET") {
-        let name = setting_name(toks, &sig).ok_or_else(|| {
+        let (name, eq) = setting_name(toks, &sig).ok_or_else(|| {
             syntax("SET needs a setting name such as `prefetch` or `storage.region`")
         })?;
-        let eq = name.1;
-        if !(sig.get(eq).is_some_and(|&j| toks[j].token == Token::Eq) || kw(eq, "TO")) || eq >= last
-        {
+        let is_eq = sig.get(eq).is_some_and(|&j| toks[j].token == Token::Eq);
+        if !(is_eq || kw(eq, "TO")) || eq >= last {
             return Err(syntax("SET needs `name = value`"));
         }
-        let name = name.0;
         let value = one_value(script, span(eq + 1, last)).ok_or_else(|| {
             Error::Syntax(format!(
                 "the value of {name} has spaces in it: quote it ('...')"
