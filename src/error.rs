@@ -42,7 +42,8 @@ pub enum Error {
     Plan(String),
 
     /// A setting name or value that is not accepted (`SET`, `--set`,
-    /// `Settings::set`); `reason` says what is accepted.
+    /// `Settings::set`); `reason` says what is accepted. `value` is the text
+    /// given (empty for a store option, which may be a credential).
     #[error("{name} {reason}")]
     Setting {
         name: String,

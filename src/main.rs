@@ -128,9 +128,11 @@ async fn run(cli: Cli) -> udfchain::Result<()> {
         settings = settings.root(root);
     }
     for kv in &cli.set {
-        let (k, v) = kv
-            .split_once('=')
-            .ok_or_else(|| Error::Plan(format!("--set takes NAME=VALUE, got {kv:?}")))?;
+        let (k, v) = kv.split_once('=').ok_or_else(|| Error::Setting {
+            name: "--set".into(),
+            value: kv.clone(),
+            reason: format!("takes NAME=VALUE, got {kv:?}"),
+        })?;
         settings = settings.set(k.trim(), v)?;
     }
     let session = Session::with_settings(settings.clone());

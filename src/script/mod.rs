@@ -13,8 +13,9 @@
 //!   as from the Rust API;
 //! - everything else (`SELECT`, `EXPLAIN [ANALYZE]`, `CREATE VIEW`, ...) is DataFusion's.
 //!
-//! Errors carry the line and column in the script (inside the query of a
-//! `CREATE DATASET` too); a script that does not split runs nothing; unknown
+//! `SET` of a credential (`storage.*key*`, `*secret*`, `*token*`, ...) echoes
+//! `<redacted>`, never the value. Errors carry the line and column in the
+//! script (inside the query of a `CREATE DATASET` too); a script that does not split runs nothing; unknown
 //! settings, table functions and UDFs suggest the closest known name.
 
 mod builtins;
@@ -145,7 +146,10 @@ impl ScriptRunner {
         match &stmt.kind {
             Kind::Set { name, value } => {
                 self.set(name, value)?;
-                Ok(Output::Message(format!("set {name} = {value}")))
+                Ok(Output::Message(format!(
+                    "set {name} = {}",
+                    if is_secret(name) { "<redacted>" } else { value }
+                )))
             }
             Kind::ShowDatasets => Ok(Output::Table(vec![datasets_table(&self.settings())?])),
             Kind::CreateDataset { name, query } => {
@@ -290,6 +294,25 @@ pub fn locate(e: Error, stmt: &Statement) -> Error {
         column,
         source: Box::new(e),
     }
+}
+
+/// A store option that may hold a credential (`storage.secret_access_key`,
+/// `storage.session_token`, `storage.account_key`, `storage.sas_token`, ...): its
+/// value is never echoed.
+fn is_secret(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    name.starts_with("storage.")
+        && [
+            "secret",
+            "token",
+            "key",
+            "password",
+            "credential",
+            "sas",
+            "signature",
+        ]
+        .iter()
+        .any(|w| name.contains(w))
 }
 
 fn datasets_table(settings: &Settings) -> Result<RecordBatch> {

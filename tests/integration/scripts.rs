@@ -401,6 +401,34 @@ async fn semicolons_inside_strings_identifiers_and_comments() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_never_echoes_a_credential() {
+    let root = tempfile::tempdir().expect("root");
+    let r = runner(root.path());
+    assert_eq!(
+        messages(
+            &r,
+            "SET storage.secret_access_key = 'hunter2;x'; SET Storage.Session_Token = 'tok';\
+             SET storage.region = 'eu-1';"
+        )
+        .await,
+        [
+            "set storage.secret_access_key = <redacted>",
+            "set Storage.Session_Token = <redacted>",
+            "set storage.region = eu-1"
+        ]
+    );
+    let options = r.settings().get_storage_options().clone();
+    assert_eq!(
+        options.get("secret_access_key").map(String::as_str),
+        Some("hunter2;x")
+    );
+    assert_eq!(
+        options.get("session_token").map(String::as_str),
+        Some("tok")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quoted_dataset_names() {
     let root = tempfile::tempdir().expect("root");
     let r = runner(root.path());
