@@ -453,7 +453,7 @@ mod tests {
                 Ok(_) => {}
                 Err(crate::Error::Setting { name: n, value: v, reason }) => {
                     prop_assert_eq!(n, name.clone());
-                    prop_assert!(v == value || (v.is_empty() && name.to_ascii_lowercase() == "storage."));
+                    prop_assert!(v == value || (v.is_empty() && name.eq_ignore_ascii_case("storage.")));
                     prop_assert!(!reason.is_empty() && !reason.contains('\n'));
                 }
                 Err(e) => prop_assert!(false, "{:?}", e),
