@@ -216,6 +216,25 @@ fn scripts_with_odd_whitespace_comments_and_case() {
         &["datasets", "ls", "--format", "csv"],
     ));
     assert_eq!(ls.lines().count(), 2, "one version only: {ls}");
+    // A quoted dataset name; one with a space is refused by the catalog.
+    let quoted = udfchain(
+        root.path(),
+        &[
+            "query",
+            "CREATE DATASET \"q-1\" AS SELECT 1 AS n; SELECT n FROM read_dataset('q-1')",
+            "--format",
+            "csv",
+        ],
+    );
+    assert_eq!(ok(&quoted), "n\n1\n");
+    let err = fails(&udfchain(
+        root.path(),
+        &["query", "CREATE DATASET \"q 1\" AS SELECT 1 AS n"],
+    ));
+    assert!(
+        err.starts_with("udfchain: line 1, column 1: invalid dataset name \"q 1\""),
+        "{err}"
+    );
 }
 
 #[test]
