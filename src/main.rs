@@ -241,11 +241,16 @@ async fn run(cli: Cli) -> udfchain::Result<()> {
 fn read_script(path: &str) -> udfchain::Result<String> {
     if path == "-" {
         let mut s = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
-            .map_err(|e| Error::Plan(format!("reading standard input: {e}")))?;
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).map_err(|e| Error::Io {
+            path: "standard input".into(),
+            source: Arc::new(e),
+        })?;
         return Ok(s);
     }
-    std::fs::read_to_string(path).map_err(|e| Error::Plan(format!("reading script {path}: {e}")))
+    std::fs::read_to_string(path).map_err(|e| Error::Io {
+        path: path.into(),
+        source: Arc::new(e),
+    })
 }
 
 /// Runs every statement, printing tables and messages as they come.

@@ -276,6 +276,15 @@ fn setting_and_syntax_errors_are_one_located_line() {
         err,
         "udfchain: --to must be a size in bytes (e.g. 1048576, 512k, 64m, 2g), got \"20000000000g\""
     );
+    let missing = root.path().join("missing.sql");
+    let err = fails(&udfchain(
+        root.path(),
+        &["run", missing.to_str().expect("utf8")],
+    ));
+    assert!(
+        err.starts_with(&format!("udfchain: I/O error at {}: ", missing.display())),
+        "{err}"
+    );
     let err = fails(&udfchain(root.path(), &["query", "SELECT 1;\nSELECT 'abc"]));
     assert_eq!(
         err,
