@@ -10,8 +10,9 @@
 //! - a statement's text is the script's text exactly as written, from its first
 //!   token to its last (comments inside kept), with the 1-based line and column
 //!   (in characters) of its first token; the parts of udfchain's own statements
-//!   (setting name and value, dataset name, the query of `CREATE DATASET` or
-//!   `EXPLAIN`) come from tokens and carry their own positions;
+//!   (setting name and value, dataset name, the query of `CREATE DATASET`, the
+//!   body of `EXPLAIN`) come from tokens, never from slicing by keyword length,
+//!   and the query and the body carry their own positions;
 //! - a script that cannot be tokenized (unterminated string, quoted identifier
 //!   or comment) or a malformed `SET` / `CREATE DATASET` / `SHOW DATASETS` is an
 //!   [`Error::Script`] with a line and column, before any statement runs; no
