@@ -41,6 +41,21 @@ pub enum Error {
     #[error("invalid chain: {0}")]
     Plan(String),
 
+    /// A setting name or value that is not accepted (`SET`, `--set`,
+    /// `Settings::set`); `reason` says what is accepted. `value` is the text
+    /// given (empty for a store option, which may be a credential).
+    #[error("{name} {reason}")]
+    Setting {
+        name: String,
+        value: String,
+        reason: String,
+    },
+
+    /// Script text that cannot be split or recognised (unterminated string or
+    /// comment, `SET` without `=`), before any DataFusion parsing.
+    #[error("syntax error: {0}")]
+    Syntax(String),
+
     /// A dataset that does not exist, a bad dataset name.
     #[error("{0}")]
     Dataset(String),

@@ -14,7 +14,7 @@ use datafusion::arrow::util::pretty::pretty_format_batches;
 use datafusion::physical_plan::ExecutionPlan;
 use futures::StreamExt;
 use udfchain::cache::SharedCache;
-use udfchain::script::{Execution, Output, Statement, locate, split};
+use udfchain::script::{Execution, Output, locate, split};
 use udfchain::util::redact::redact;
 use udfchain::{Catalog, Error, RunReport, ScriptRunner, Session, Settings, col};
 
@@ -129,9 +129,11 @@ async fn run(cli: Cli) -> udfchain::Result<()> {
         settings = settings.root(root);
     }
     for kv in &cli.set {
-        let (k, v) = kv
-            .split_once('=')
-            .ok_or_else(|| Error::Plan(format!("--set takes NAME=VALUE, got {kv:?}")))?;
+        let (k, v) = kv.split_once('=').ok_or_else(|| Error::Setting {
+            name: "--set".into(),
+            value: kv.clone(),
+            reason: format!("takes NAME=VALUE, got {kv:?}"),
+        })?;
         settings = settings.set(k.trim(), v)?;
     }
     let session = Session::with_settings(settings.clone());
@@ -217,7 +219,13 @@ async fn run(cli: Cli) -> udfchain::Result<()> {
                     );
                 }
                 CacheCommand::Prune { to } => {
-                    let limit = parse_size(&to)?;
+                    let limit = udfchain::chain::parse_size(&to).ok_or_else(|| Error::Setting {
+                        name: "--to".into(),
+                        value: to.clone(),
+                        reason: format!(
+                            "must be a size in bytes (e.g. 1048576, 512k, 64m, 2g), got {to:?}"
+                        ),
+                    })?;
                     let removed = cache.prune_to(limit)?;
                     println!("removed {} entries, {} bytes", removed.files, removed.bytes);
                 }
@@ -241,23 +249,9 @@ fn read_script(path: &str) -> udfchain::Result<String> {
         return Ok(s);
     }
     std::fs::read_to_string(path).map_err(|e| Error::Io {
-        path: format!("script {path}"),
+        path: path.into(),
         source: Arc::new(e),
     })
-}
-
-fn parse_size(text: &str) -> udfchain::Result<u64> {
-    let t = text.trim().to_ascii_lowercase();
-    let (num, mult) = match t.chars().last() {
-        Some('k') => (&t[..t.len() - 1], 1u64 << 10),
-        Some('m') => (&t[..t.len() - 1], 1 << 20),
-        Some('g') => (&t[..t.len() - 1], 1 << 30),
-        _ => (t.as_str(), 1),
-    };
-    num.trim()
-        .parse::<u64>()
-        .map(|n| n * mult)
-        .map_err(|_| Error::Plan(format!("bad size {text:?} (e.g. 500m, 2g, 1048576)")))
 }
 
 /// Runs every statement, printing tables and messages as they come.
@@ -268,10 +262,16 @@ async fn run_script(
     explain: bool,
 ) -> udfchain::Result<()> {
     let runner = ScriptRunner::new(Arc::clone(session));
-    for stmt in split(script) {
-        let stmt = if explain { explained(stmt) } else { stmt };
+    for stmt in split(script)? {
         let result = async {
-            match runner.execute(&stmt).await? {
+            // `explain`: queries (and the query of a `CREATE DATASET`) are
+            // explained, not run or saved; `SET` still applies.
+            let execution = if explain {
+                runner.explain(&stmt).await?
+            } else {
+                runner.execute(&stmt).await?
+            };
+            match execution {
                 Execution::Done(Output::Message(m)) => {
                     eprintln!("{}", redact(&m));
                     Ok(())
@@ -287,32 +287,6 @@ async fn run_script(
         result.map_err(|e| locate(e, &stmt))?;
     }
     Ok(())
-}
-
-/// The statement `explain` runs instead of `stmt`: queries (including the query
-/// of a `CREATE DATASET`) are explained, not run; `SET` still applies.
-fn explained(stmt: Statement) -> Statement {
-    let text = stmt.text.trim_start();
-    let upper = text.to_ascii_uppercase();
-    let query = if upper.starts_with("SET")
-        || upper.starts_with("SHOW DATASETS")
-        || upper.starts_with("EXPLAIN")
-    {
-        return stmt;
-    } else if upper.starts_with("CREATE DATASET") {
-        let rest = text["CREATE DATASET".len()..].trim_start();
-        let after_name = rest
-            .split_once(char::is_whitespace)
-            .map(|x| x.1)
-            .unwrap_or("");
-        after_name.trim_start().get(2..).unwrap_or("").to_string()
-    } else {
-        text.to_string()
-    };
-    Statement {
-        text: format!("EXPLAIN {query}"),
-        ..stmt
-    }
 }
 
 /// Executes a plan; on a terminal, shows rows/s and the prefetch counters.

@@ -1,12 +1,38 @@
 //! [`Settings`]: DataChain-named knobs, set on a chain and captured by each UDF
 //! added after them. Unset fields fall back to the chain's earlier settings,
-//! then to the defaults documented on each getter.
+//! then to the defaults documented on each getter. Set by name from text
+//! (`SET`, `--set`), every value is checked against its range and every
+//! refusal is one line saying what is accepted; no text makes it panic.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 /// `Settings::memory_file_limit` default: files up to 1 MiB are prefetched into memory.
 pub const DEFAULT_MEMORY_FILE_LIMIT: u64 = 1 << 20;
+
+/// The largest `prefetch` and `max_connections` `Settings::set` accepts.
+pub const MAX_IN_FLIGHT: usize = 65_536;
+/// The largest `parallel` and `workers` `Settings::set` accepts.
+pub const MAX_PARALLEL: usize = 4_096;
+/// The largest `batch_size` `Settings::set` accepts.
+pub const MAX_BATCH_SIZE: usize = 1 << 24;
+
+/// A byte size: a whole number with an optional `k`, `m`, `g` or `t` suffix
+/// (powers of 1024, any case, an optional trailing `b`: `512k`, `64MB`, `2g`);
+/// `None` for anything else or a size past `u64::MAX`.
+pub fn parse_size(text: &str) -> Option<u64> {
+    let t = text.trim().to_ascii_lowercase();
+    let t = t.strip_suffix('b').unwrap_or(&t);
+    let (num, shift) = match t.char_indices().last() {
+        Some((i, 'k')) => (&t[..i], 10),
+        Some((i, 'm')) => (&t[..i], 20),
+        Some((i, 'g')) => (&t[..i], 30),
+        Some((i, 't')) => (&t[..i], 40),
+        _ => (t, 0),
+    };
+    let n: u64 = num.trim().parse().ok()?;
+    n.checked_mul(1 << shift)
+}
 
 /// How many downloads run ahead of a UDF, per partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -205,36 +231,78 @@ impl Settings {
     ];
 
     /// Sets a setting by name from text, as `SET name = value` in scripts and
-    /// `--set name=value` on the command line do.
+    /// `--set name=value` on the command line do. Names ignore ASCII case;
+    /// values are trimmed of whitespace (`root` and `storage.<option>` values
+    /// are taken as given). A value out of range or an unknown name is an
+    /// [`Error::Setting`](crate::Error::Setting) saying what is accepted (and
+    /// the closest name); counts are bounded so that no setting can ask for
+    /// more tasks, permits or rows than the engine can allocate.
     pub fn set(self, name: &str, value: &str) -> Result<Self, crate::Error> {
-        let value = value.trim().trim_matches('\'').trim_matches('"');
-        let bad = |what: &str| {
-            crate::Error::Plan(format!("setting {name}: expected {what}, got {value:?}"))
+        let v = value.trim();
+        let bad = |accepted: &str| crate::Error::Setting {
+            name: name.to_string(),
+            value: value.to_string(),
+            reason: format!("must be {accepted}, got {v:?}"),
         };
-        let int = || value.parse::<usize>().map_err(|_| bad("a whole number"));
-        let boolean = || match value.to_ascii_lowercase().as_str() {
+        let count = |range: std::ops::RangeInclusive<usize>| {
+            v.parse::<usize>()
+                .ok()
+                .filter(|n| range.contains(n))
+                .ok_or_else(|| {
+                    bad(&format!(
+                        "a whole number from {} to {}",
+                        range.start(),
+                        range.end()
+                    ))
+                })
+        };
+        let size = |min: u64| {
+            parse_size(v).filter(|&n| n >= min).ok_or_else(|| {
+                let least = if min > 0 { " above 0" } else { "" };
+                bad(&format!(
+                    "a size in bytes{least} (e.g. 1048576, 512k, 64m, 2g)"
+                ))
+            })
+        };
+        let boolean = || match v.to_ascii_lowercase().as_str() {
             "true" | "on" | "1" | "yes" => Ok(true),
             "false" | "off" | "0" | "no" => Ok(false),
-            _ => Err(bad("true or false")),
+            _ => Err(bad("true or false (on/off, yes/no, 1/0)")),
         };
         let name_lc = name.to_ascii_lowercase();
         if let Some(option) = name_lc.strip_prefix("storage.") {
+            if option.is_empty() {
+                // Not echoed: a store option's value may be a credential.
+                return Err(crate::Error::Setting {
+                    name: name.to_string(),
+                    value: String::new(),
+                    reason: "needs an option name after the period, e.g. storage.region".into(),
+                });
+            }
             return Ok(self.storage_option(option, value));
         }
         Ok(match name_lc.as_str() {
-            "prefetch" if value.eq_ignore_ascii_case("auto") => self.prefetch_auto(),
-            "prefetch" => self.prefetch(int()?),
+            "prefetch" if v.eq_ignore_ascii_case("auto") => self.prefetch_auto(),
+            "prefetch" => self.prefetch(count(0..=MAX_IN_FLIGHT).map_err(|_| {
+                bad(&format!(
+                    "a whole number from 0 to {MAX_IN_FLIGHT} or \"auto\""
+                ))
+            })?),
             "cache" => self.cache(boolean()?),
-            "cache_limit" => self.cache_limit(int()? as u64),
-            "parallel" => self.parallel(int()?),
-            "workers" => self.workers(int()?),
-            "batch_size" => self.batch_size(int()?),
+            "cache_limit" => self.cache_limit(size(0)?),
+            "parallel" => self.parallel(count(1..=MAX_PARALLEL)?),
+            "workers" => self.workers(count(1..=MAX_PARALLEL)?),
+            "batch_size" => self.batch_size(count(1..=MAX_BATCH_SIZE)?),
             "ordered" => self.ordered(boolean()?),
-            "max_connections" => self.max_connections(int()?),
-            "memory_limit" => self.memory_limit(int()?),
-            "memory_file_limit" => self.memory_file_limit(int()? as u64),
+            "max_connections" => self.max_connections(count(1..=MAX_IN_FLIGHT)?),
+            "memory_limit" => self.memory_limit(
+                usize::try_from(size(1)?)
+                    .map_err(|_| bad("a size in bytes this machine can address"))?,
+            ),
+            "memory_file_limit" => self.memory_file_limit(size(0)?),
+            "root" if v.is_empty() => return Err(bad("a directory")),
             "root" => self.root(value),
-            "on_error" => self.on_error(match value.to_ascii_lowercase().as_str() {
+            "on_error" => self.on_error(match v.to_ascii_lowercase().as_str() {
                 "fail" => OnError::Fail,
                 "skip" => OnError::Skip,
                 "null" => OnError::Null,
@@ -244,9 +312,14 @@ impl Settings {
                 let hint = crate::util::closest(name, Self::NAMES.iter().copied())
                     .map(|c| format!(" (did you mean {c}?)"))
                     .unwrap_or_default();
-                return Err(crate::Error::Plan(format!(
-                    "unknown setting {name:?}{hint}"
-                )));
+                return Err(crate::Error::Setting {
+                    name: name.to_string(),
+                    value: value.to_string(),
+                    reason: format!(
+                        "is not a setting{hint}; settings are {} and storage.<option>",
+                        Self::NAMES.join(", ")
+                    ),
+                });
             }
         })
     }
@@ -330,5 +403,148 @@ impl Settings {
 
     pub fn get_storage_options(&self) -> &BTreeMap<String, String> {
         &self.storage_options
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn refused(name: &str, value: &str) -> String {
+        match Settings::new().set(name, value) {
+            Err(e @ crate::Error::Setting { .. }) => e.to_string(),
+            other => panic!("{name} = {value:?}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn refusals_say_what_is_accepted() {
+        assert_eq!(
+            refused("prefetch", "-1"),
+            "prefetch must be a whole number from 0 to 65536 or \"auto\", got \"-1\""
+        );
+        assert_eq!(
+            refused("batch_size", "0"),
+            "batch_size must be a whole number from 1 to 16777216, got \"0\""
+        );
+        assert_eq!(
+            refused("parallel", "99999999999999999999999"),
+            "parallel must be a whole number from 1 to 4096, got \"99999999999999999999999\""
+        );
+        assert!(refused("cache", "maybe").contains("must be true or false"));
+        assert!(refused("memory_limit", "0").contains("a size in bytes above 0"));
+        assert!(refused("cache_limit", "20000000000g").contains("a size in bytes"));
+        assert!(refused("on_error", "retry").contains("fail, skip or null"));
+        let unknown = refused("prefech", "4");
+        assert!(
+            unknown.starts_with("prefech is not a setting (did you mean prefetch?)"),
+            "{unknown}"
+        );
+        let storage = refused("storage.", "hunter2");
+        assert!(!storage.contains("hunter2"), "{storage}");
+        for msg in [unknown, storage, refused("root", " ")] {
+            assert_eq!(msg.lines().count(), 1, "{msg}");
+        }
+    }
+
+    #[test]
+    fn accepted_values() {
+        let s = Settings::new()
+            .set("PREFETCH", " auto ")
+            .and_then(|s| s.set("cache", "ON"))
+            .and_then(|s| s.set("cache_limit", "2g"))
+            .and_then(|s| s.set("memory_file_limit", "0"))
+            .and_then(|s| s.set("storage.Region", " eu-west-1"))
+            .expect("valid");
+        assert_eq!(s.get_prefetch(), Prefetch::Auto);
+        assert!(s.get_cache());
+        assert_eq!(s.get_cache_limit(), Some(2 << 30));
+        assert_eq!(s.get_memory_file_limit(), 0);
+        assert_eq!(
+            s.get_storage_options().get("region").map(String::as_str),
+            Some(" eu-west-1")
+        );
+        assert_eq!(parse_size("64MB"), Some(64 << 20));
+        assert_eq!(parse_size("1t"), Some(1 << 40));
+        assert_eq!(parse_size("16777216t"), None, "overflow");
+        assert_eq!(parse_size("k"), None);
+    }
+
+    proptest! {
+        // 512 cases a run; failures print their input (no regressions file
+        // at the top level of the repository).
+        #![proptest_config(ProptestConfig {
+            cases: 512,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        })]
+
+        /// Any name and value: a setting or a one-line refusal, never a panic.
+        #[test]
+        fn any_name_and_value(
+            name in "\\PC{0,12}|(prefetch|cache|cache_limit|parallel|workers|batch_size|ordered|max_connections|on_error|root|memory_limit|memory_file_limit|storage\\.[a-z]{0,5})",
+            value in "\\PC{0,24}|-?[0-9]{1,22}[kKmMgGtT]?[bB]?",
+        ) {
+            match Settings::new().set(&name, &value) {
+                Ok(_) => {}
+                Err(crate::Error::Setting { name: n, value: v, reason }) => {
+                    prop_assert_eq!(n, name.clone());
+                    prop_assert!(v == value || (v.is_empty() && name.eq_ignore_ascii_case("storage.")));
+                    prop_assert!(!reason.is_empty() && !reason.contains('\n'));
+                }
+                Err(e) => prop_assert!(false, "{:?}", e),
+            }
+        }
+
+        /// Valid values written as text give the same settings as the builder.
+        #[test]
+        fn valid_values_round_trip(
+            prefetch in 0..=MAX_IN_FLIGHT,
+            parallel in 1..=MAX_PARALLEL,
+            batch in 1..=MAX_BATCH_SIZE,
+            conns in 1..=MAX_IN_FLIGHT,
+            limit in any::<u64>(),
+            flag in any::<bool>(),
+            on_error in prop::sample::select(vec![OnError::Fail, OnError::Skip, OnError::Null]),
+            root in "[^\\s]\\PC{0,20}",
+            option in "[a-z_]{1,12}",
+            option_value in "\\PC{0,20}",
+        ) {
+            let text = |n: &dyn std::fmt::Display| format!(" {n} ");
+            let got = Settings::new()
+                .set("prefetch", &text(&prefetch))
+                .and_then(|s| s.set("parallel", &text(&parallel)))
+                .and_then(|s| s.set("workers", &text(&parallel)))
+                .and_then(|s| s.set("batch_size", &text(&batch)))
+                .and_then(|s| s.set("max_connections", &text(&conns)))
+                .and_then(|s| s.set("cache_limit", &text(&limit)))
+                .and_then(|s| s.set("memory_file_limit", &text(&limit)))
+                .and_then(|s| s.set("cache", &text(&flag)))
+                .and_then(|s| s.set("ordered", &text(&flag)))
+                .and_then(|s| s.set("on_error", &format!("{on_error:?}")))
+                .and_then(|s| s.set("root", &root))
+                .and_then(|s| s.set(&format!("storage.{option}"), &option_value));
+            let want = Settings::new()
+                .prefetch(prefetch)
+                .parallel(parallel)
+                .workers(parallel)
+                .batch_size(batch)
+                .max_connections(conns)
+                .cache_limit(limit)
+                .memory_file_limit(limit)
+                .cache(flag)
+                .ordered(flag)
+                .on_error(on_error)
+                .root(&root)
+                .storage_option(option, option_value);
+            prop_assert_eq!(got.ok(), Some(want));
+            // Sizes with a suffix are the same bytes.
+            let kib = limit >> 10;
+            prop_assert_eq!(
+                Settings::new().set("cache_limit", &format!("{kib}k")).ok(),
+                Some(Settings::new().cache_limit(kib << 10))
+            );
+        }
     }
 }

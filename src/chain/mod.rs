@@ -8,7 +8,7 @@
 
 mod expr;
 
-pub use crate::settings::{OnError, Prefetch, Settings};
+pub use crate::settings::{OnError, Prefetch, Settings, parse_size};
 pub use expr::col;
 
 use std::fmt;

@@ -765,8 +765,8 @@ mod tests {
     use udfchain_udfs::{agg_fn, batch_map_fn, gen_fn, map_fn};
 
     use super::UdfCall;
-    use crate::settings::OnError;
     use crate::plan::{AggregateExec, BatchMapExec, GenerateExec, MapExec};
+    use crate::settings::OnError;
 
     /// `id, key` sorted by `id`.
     fn sorted_input() -> Arc<dyn ExecutionPlan> {

@@ -1,8 +1,11 @@
 //! Scripts: statements in DataFusion's SQL dialect plus udfchain's own.
+//! `statement.rs` splits a script and recognises each statement from tokens
+//! (any case, whitespace and comments); nothing else here looks at the text.
 //!
 //! - `SET name = value;` changes a setting for the statements after it
 //!   (`prefetch`, `cache`, `parallel`, ..., `storage.<option>`);
-//! - `CREATE DATASET name AS SELECT ...;` saves a new dataset version;
+//! - `CREATE DATASET name AS query;` saves a new dataset version
+//!   (`EXPLAIN CREATE DATASET ...` explains the query and saves nothing);
 //! - `SHOW DATASETS;` lists the catalog;
 //! - table functions `read_storage`, `read_dataset`, `read_parquet`, `read_csv`,
 //!   `read_json`, `tar_members` (see `functions.rs`), and built-in UDFs by name
@@ -10,18 +13,24 @@
 //!   as from the Rust API;
 //! - everything else (`SELECT`, `EXPLAIN [ANALYZE]`, `CREATE VIEW`, ...) is DataFusion's.
 //!
-//! Errors carry the line and column in the script; unknown settings, table
-//! functions and UDFs suggest the closest known name.
+//! `SET` of a credential (`storage.*key*`, `*secret*`, `*token*`, ...) echoes
+//! `***`, never the value. Errors carry the line and column in the
+//! script (inside the query of a `CREATE DATASET` too); a script that does not split runs nothing; unknown
+//! settings, table functions and UDFs suggest the closest known name.
 
 mod builtins;
 mod functions;
+pub mod statement;
 
 use builtins::Builtin;
+pub use statement::{Kind, Statement, split};
 
 use std::sync::{Arc, Mutex};
 
 use datafusion::arrow::array::{RecordBatch, StringArray, UInt32Array, UInt64Array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
+
+use datafusion::logical_expr::{LogicalPlan, LogicalPlanBuilder};
 
 use crate::chain::{Chain, Settings};
 use crate::error::{Error, Result};
@@ -45,14 +54,6 @@ pub enum Execution {
         plan: Arc<dyn datafusion::physical_plan::ExecutionPlan>,
         ctx: Arc<datafusion::execution::TaskContext>,
     },
-}
-
-/// One statement of a script, with where it starts (1-based).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Statement {
-    pub text: String,
-    pub line: usize,
-    pub column: usize,
 }
 
 /// Runs scripts in a session. Settings set by `SET` last for the runner's life.
@@ -128,9 +129,10 @@ impl ScriptRunner {
     }
 
     /// Runs every statement of `script` in order; stops at the first error.
+    /// A script that does not split (see [`statement`]) runs nothing.
     pub async fn run(&self, script: &str) -> Result<Vec<Output>> {
         let mut out = Vec::new();
-        for stmt in split(script) {
+        for stmt in split(script)? {
             out.push(
                 self.run_statement(&stmt)
                     .await
@@ -142,63 +144,30 @@ impl ScriptRunner {
 
     /// Runs one statement.
     pub async fn run_statement(&self, stmt: &Statement) -> Result<Output> {
-        let text = stmt.text.trim();
-        let words: Vec<&str> = text.split_whitespace().collect();
-        let upper: Vec<String> = words
-            .iter()
-            .take(3)
-            .map(|w| w.to_ascii_uppercase())
-            .collect();
-        match upper
-            .iter()
-            .map(String::as_str)
-            .collect::<Vec<_>>()
-            .as_slice()
-        {
-            ["SET", ..] => {
-                let rest = text[3..].trim();
-                let (name, value) = rest
-                    .split_once('=')
-                    .or_else(|| {
-                        let lower = rest.to_ascii_lowercase();
-                        lower.find(" to ").map(|i| (&rest[..i], &rest[i + 4..]))
-                    })
-                    .ok_or_else(|| Error::plan("SET needs `name = value`"))?;
-                let name = name.trim();
+        match &stmt.kind {
+            Kind::Set { name, value } => {
                 self.set(name, value)?;
-                let shown = match name.strip_prefix("storage.") {
+                let shown = match name.to_ascii_lowercase().strip_prefix("storage.") {
                     Some(option) if crate::util::redact::is_secret_name(option) => {
                         crate::util::redact::MASK.to_string()
                     }
-                    _ => crate::util::redact::redact(value.trim()).into_owned(),
+                    _ => crate::util::redact::redact(value).into_owned(),
                 };
                 Ok(Output::Message(format!("set {name} = {shown}")))
             }
-            ["SHOW", "DATASETS", ..] => {
-                Ok(Output::Table(vec![datasets_table(&self.settings()).await?]))
-            }
-            ["CREATE", "DATASET", ..] => {
-                let rest = text["CREATE DATASET".len()..].trim();
-                let (name, query) = rest
-                    .split_once(char::is_whitespace)
-                    .ok_or_else(|| Error::plan("CREATE DATASET needs `name AS SELECT ...`"))?;
-                let query = query.trim();
-                let query = query
-                    .get(..2)
-                    .filter(|as_| as_.eq_ignore_ascii_case("as"))
-                    .map(|_| &query[2..])
-                    .ok_or_else(|| Error::plan("CREATE DATASET needs `name AS SELECT ...`"))?;
+            Kind::ShowDatasets => Ok(Output::Table(vec![datasets_table(&self.settings()).await?])),
+            Kind::CreateDataset { name, query } => {
                 let plan = self.plan(query).await?;
                 let info = Chain::from_plan(Arc::clone(&self.session), plan)
                     .settings(self.settings())
-                    .save(name.trim_matches('"'))
+                    .save(name)
                     .await?;
                 Ok(Output::Message(format!(
                     "saved dataset {} version {} ({} rows)",
                     info.name, info.version, info.rows
                 )))
             }
-            _ => match Box::pin(self.execute(stmt)).await? {
+            Kind::Explain { .. } | Kind::Sql => match Box::pin(self.execute(stmt)).await? {
                 Execution::Done(out) => Ok(out),
                 Execution::Plan { plan, ctx } => Ok(Output::Table(
                     datafusion::physical_plan::collect(plan, ctx).await?,
@@ -208,29 +177,33 @@ impl ScriptRunner {
     }
 
     /// Plans a statement: udfchain's own statements run now, queries are
-    /// returned as a physical plan to execute.
+    /// returned as a physical plan to execute. `EXPLAIN CREATE DATASET` explains
+    /// the dataset's query.
     pub async fn execute(&self, stmt: &Statement) -> Result<Execution> {
-        let text = stmt.text.trim();
-        let first = text
-            .split_whitespace()
-            .next()
-            .unwrap_or("")
-            .to_ascii_uppercase();
-        let second = text
-            .split_whitespace()
-            .nth(1)
-            .unwrap_or("")
-            .to_ascii_uppercase();
-        let own = first == "SET"
-            || (first == "SHOW" && second == "DATASETS")
-            || (first == "CREATE" && second == "DATASET");
-        if own {
-            return Ok(Execution::Done(Box::pin(self.run_statement(stmt)).await?));
+        match &stmt.kind {
+            Kind::Set { .. } | Kind::ShowDatasets | Kind::CreateDataset { .. } => {
+                Ok(Execution::Done(Box::pin(self.run_statement(stmt)).await?))
+            }
+            Kind::Explain {
+                analyze,
+                verbose,
+                body,
+            } => match &body.kind {
+                Kind::CreateDataset { query, .. } => {
+                    self.explain_query(query, *verbose, *analyze).await
+                }
+                _ => self.sql(stmt).await,
+            },
+            Kind::Sql => self.sql(stmt).await,
         }
+    }
+
+    /// DataFusion plans the statement's text.
+    async fn sql(&self, stmt: &Statement) -> Result<Execution> {
         let df = self
             .session
             .context()
-            .sql(text)
+            .sql(&stmt.text)
             .await
             .map_err(|e| self.explain_unknown(e.into()))?;
         let ctx = Arc::new(df.task_ctx());
@@ -238,13 +211,45 @@ impl ScriptRunner {
         Ok(Execution::Plan { plan, ctx })
     }
 
-    async fn plan(&self, sql: &str) -> Result<datafusion::logical_expr::LogicalPlan> {
+    /// What `udfchain explain` runs for a statement: queries (and the query of
+    /// a `CREATE DATASET`) are explained, not run or saved; `SET`, `SHOW
+    /// DATASETS` and `EXPLAIN` run as in [`execute`](Self::execute).
+    pub async fn explain(&self, stmt: &Statement) -> Result<Execution> {
+        match &stmt.kind {
+            Kind::CreateDataset { query, .. } => self.explain_query(query, false, false).await,
+            Kind::Sql => self.explain_query(stmt, false, false).await,
+            Kind::Set { .. } | Kind::ShowDatasets | Kind::Explain { .. } => {
+                self.execute(stmt).await
+            }
+        }
+    }
+
+    /// The plan of `EXPLAIN [VERBOSE] [ANALYZE] query`, built from the query's
+    /// logical plan (so errors point into the query as written).
+    async fn explain_query(
+        &self,
+        query: &Statement,
+        verbose: bool,
+        analyze: bool,
+    ) -> Result<Execution> {
+        let plan = self.plan(query).await?;
+        let plan = LogicalPlanBuilder::from(plan)
+            .explain(verbose, analyze)?
+            .build()?;
+        let df = self.session.context().execute_logical_plan(plan).await?;
+        let ctx = Arc::new(df.task_ctx());
+        let plan = df.create_physical_plan().await?;
+        Ok(Execution::Plan { plan, ctx })
+    }
+
+    /// The logical plan of a query (nothing runs, DDL included); errors are
+    /// located in the script by the query's own position.
+    async fn plan(&self, query: &Statement) -> Result<LogicalPlan> {
         let state = self.session.context().state();
-        let plan = state
-            .create_logical_plan(sql)
+        state
+            .create_logical_plan(&query.text)
             .await
-            .map_err(|e| self.explain_unknown(e.into()))?;
-        Ok(plan)
+            .map_err(|e| locate(self.explain_unknown(e.into()), query))
     }
 
     /// Adds a "did you mean" to unknown table functions.
@@ -264,82 +269,13 @@ impl ScriptRunner {
     }
 }
 
-/// Splits a script into statements at `;` outside quotes and comments.
-pub fn split(script: &str) -> Vec<Statement> {
-    let mut out = Vec::new();
-    let chars: Vec<char> = script.chars().collect();
-    let (mut line, mut col) = (1usize, 1usize);
-    let mut current = String::new();
-    let mut start: Option<(usize, usize)> = None;
-    let mut i = 0;
-    let mut quote: Option<char> = None;
-    while i < chars.len() {
-        let c = chars[i];
-        let next = chars.get(i + 1).copied();
-        let advance = |c: char, line: &mut usize, col: &mut usize| {
-            if c == '\n' {
-                *line += 1;
-                *col = 1;
-            } else {
-                *col += 1;
-            }
-        };
-        if quote.is_none() && c == '-' && next == Some('-') {
-            while i < chars.len() && chars[i] != '\n' {
-                advance(chars[i], &mut line, &mut col);
-                i += 1;
-            }
-            continue;
-        }
-        if quote.is_none() && c == '/' && next == Some('*') {
-            while i < chars.len() && !(chars[i] == '*' && chars.get(i + 1) == Some(&'/')) {
-                advance(chars[i], &mut line, &mut col);
-                i += 1;
-            }
-            i += 2;
-            col += 2;
-            continue;
-        }
-        match (quote, c) {
-            (None, '\'' | '"') => quote = Some(c),
-            (Some(q), c) if c == q => quote = None,
-            _ => {}
-        }
-        if quote.is_none() && c == ';' {
-            if let Some((l, c0)) = start.take() {
-                out.push(Statement {
-                    text: current.trim().to_string(),
-                    line: l,
-                    column: c0,
-                });
-            }
-            current.clear();
-        } else {
-            if start.is_none() && !c.is_whitespace() {
-                start = Some((line, col));
-            }
-            if start.is_some() {
-                current.push(c);
-            }
-        }
-        advance(c, &mut line, &mut col);
-        i += 1;
-    }
-    if let Some((l, c0)) = start
-        && !current.trim().is_empty()
-    {
-        out.push(Statement {
-            text: current.trim().to_string(),
-            line: l,
-            column: c0,
-        });
-    }
-    out
-}
-
 /// Gives an error the script position: the parser's own line/column (relative
-/// to the statement) shifted to the script, else the statement's start.
+/// to the statement) shifted to the script, else the statement's start. An
+/// error already located (e.g. in the query of a `CREATE DATASET`) is kept.
 pub fn locate(e: Error, stmt: &Statement) -> Error {
+    if let Error::Script { .. } = e {
+        return e;
+    }
     let msg = e.to_string();
     let (mut line, mut column) = (stmt.line, stmt.column);
     if let Some(i) = msg.find("Line: ") {
@@ -349,7 +285,10 @@ pub fn locate(e: Error, stmt: &Statement) -> Error {
             .take(2)
             .filter_map(|s| s.parse().ok())
             .collect();
-        if let [l, c] = nums[..] {
+        if let [l, c] = nums[..]
+            && l >= 1
+            && c >= 1
+        {
             column = if l == 1 { stmt.column + c - 1 } else { c };
             line = stmt.line + l - 1;
         }

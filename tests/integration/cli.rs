@@ -168,3 +168,126 @@ fn errors_are_one_line_with_exit_code_1() {
         .expect("run");
     assert_eq!(out.status.code(), Some(2), "usage errors exit 2 (clap)");
 }
+
+fn fails(out: &Output) -> String {
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    // Messages of the statements before it, then the error on one last line.
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    let last = err
+        .trim_end()
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        last.starts_with("udfchain: ") && err.matches("udfchain: ").count() == 1,
+        "{err}"
+    );
+    last
+}
+
+#[test]
+fn scripts_with_odd_whitespace_comments_and_case() {
+    let root = tempfile::tempdir().expect("root");
+    let d = data();
+    let dir = d.path().display().to_string();
+    let script = root.path().join("odd.sql");
+    std::fs::write(
+        &script,
+        format!(
+            "set\tprefetch = 3; -- 'not a string\ncreate  dataset\tlines /* ; */ AS\n  SELECT file.path AS path, line_count(file) AS n FROM read_storage('{dir}') -- end\n;\nSELECT sum(n) AS total, 'a;b' AS s FROM read_dataset('lines');"
+        ),
+    )
+    .expect("script");
+    let script = script.to_str().expect("utf8");
+    let run = udfchain(root.path(), &["run", script, "--format", "csv"]);
+    assert_eq!(ok(&run), "total,s\n3,a;b\n");
+    assert!(
+        String::from_utf8_lossy(&run.stderr).contains("saved dataset lines version 1 (2 rows)")
+    );
+    // `explain` explains the dataset's query (and saves nothing).
+    let explain = ok(&udfchain(root.path(), &["explain", script]));
+    assert!(
+        explain.contains("PrefetchExec: prefetch=3") && explain.contains("MapExec: udf=line_count"),
+        "{explain}"
+    );
+    let ls = ok(&udfchain(
+        root.path(),
+        &["datasets", "ls", "--format", "csv"],
+    ));
+    assert_eq!(ls.lines().count(), 2, "one version only: {ls}");
+    // A quoted dataset name; one with a space is refused by the catalog.
+    let quoted = udfchain(
+        root.path(),
+        &[
+            "query",
+            "CREATE DATASET \"q-1\" AS SELECT 1 AS n; SELECT n FROM read_dataset('q-1')",
+            "--format",
+            "csv",
+        ],
+    );
+    assert_eq!(ok(&quoted), "n\n1\n");
+    let err = fails(&udfchain(
+        root.path(),
+        &["query", "CREATE DATASET \"q 1\" AS SELECT 1 AS n"],
+    ));
+    assert!(
+        err.starts_with("udfchain: line 1, column 1: invalid dataset name \"q 1\""),
+        "{err}"
+    );
+}
+
+#[test]
+fn setting_and_syntax_errors_are_one_located_line() {
+    let root = tempfile::tempdir().expect("root");
+    let err = fails(&udfchain(
+        root.path(),
+        &["query", "SELECT 1", "--set", "prefetch=-1"],
+    ));
+    assert_eq!(
+        err,
+        "udfchain: prefetch must be a whole number from 0 to 65536 or \"auto\", got \"-1\""
+    );
+    let script = root.path().join("bad.sql");
+    std::fs::write(
+        &script,
+        "SET parallel = 2;\n  SET batch_size = 0;\nSELECT 1;",
+    )
+    .expect("write");
+    let err = fails(&udfchain(
+        root.path(),
+        &["run", script.to_str().expect("utf8")],
+    ));
+    assert_eq!(
+        err,
+        "udfchain: line 2, column 3: batch_size must be a whole number from 1 to 16777216, got \"0\""
+    );
+    // One statement: the `;` is in the string.
+    let err = fails(&udfchain(root.path(), &["query", "SET x = 'a;b'"]));
+    assert!(
+        err.starts_with("udfchain: line 1, column 1: x is not a setting;"),
+        "{err}"
+    );
+    let err = fails(&udfchain(
+        root.path(),
+        &["cache", "prune", "--to", "20000000000g"],
+    ));
+    assert_eq!(
+        err,
+        "udfchain: --to must be a size in bytes (e.g. 1048576, 512k, 64m, 2g), got \"20000000000g\""
+    );
+    let missing = root.path().join("missing.sql");
+    let err = fails(&udfchain(
+        root.path(),
+        &["run", missing.to_str().expect("utf8")],
+    ));
+    assert!(
+        err.starts_with(&format!("udfchain: I/O error at {}: ", missing.display())),
+        "{err}"
+    );
+    let err = fails(&udfchain(root.path(), &["query", "SELECT 1;\nSELECT 'abc"]));
+    assert_eq!(
+        err,
+        "udfchain: line 2, column 8: syntax error: unterminated string literal"
+    );
+}
