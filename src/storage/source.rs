@@ -101,7 +101,10 @@ impl FileSource for StoreSource {
         if let Some(b) = self.local_bytes(file) {
             return Ok(b);
         }
-        if let Some(p) = self.local_path(file) {
+        // With a read-through cache, its entry is read pinned below.
+        if self.read_through.is_none()
+            && let Some(p) = self.local_path(file)
+        {
             return tokio::fs::read(&p)
                 .await
                 .map(Bytes::from)
@@ -116,8 +119,10 @@ impl FileSource for StoreSource {
                         .await
                         .map(|_| ())
                 };
-                let (entry, _) = cache.get_or_fetch(&target, fetch).await?;
-                tokio::fs::read(&entry)
+                // Pinned until the read is done: no pruning removes it meanwhile.
+                let (pin, _) = cache.get_or_fetch(&target, fetch).await?;
+                let entry = pin.path();
+                tokio::fs::read(entry)
                     .await
                     .map_err(|e| crate::Error::io(entry.display(), e))
             });
