@@ -35,7 +35,10 @@
 //!   with it).
 //!
 //! Layout: `<dir>/<first 2 hex chars>/<hex>` is an entry; `<hex>.lock` and
-//! `.tmp-<hex>-*` next to it are its lock file and in-progress downloads.
+//! `.tmp-<hex>-*` next to it are its lock file and in-progress downloads. The
+//! lock file exists only while a fetch of the key runs (its holder unlinks it
+//! when done; waiters on the unlinked file notice and retry), so a settled
+//! cache holds one inode per entry.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
@@ -271,8 +274,9 @@ impl SharedCache {
             let entry = entry.clone();
             move || {
                 let file = install(tmp, &entry, size, &url)?;
-                let pin = inner.adopt(key, entry, file);
-                drop(lock);
+                let pin = inner.adopt(key, entry.clone(), file);
+                // No lock file stays behind per entry (one inode each).
+                let _ = lock.remove(&lock_path(&entry));
                 if let Some(limit) = limit {
                     // Best effort: the entry is complete (and pinned) whatever
                     // pruning does.
@@ -491,8 +495,10 @@ enum Prepared {
 fn prepare(inner: &Arc<Inner>, entry: &Path, key: &str, size: u64) -> Result<Prepared> {
     let shard = entry.parent().unwrap_or(entry);
     fs::create_dir_all(shard).map_err(|e| Error::io(shard.display(), e))?;
-    let lock = KeyLock::acquire(&lock_path(entry))?;
+    let lock_file = lock_path(entry);
+    let lock = KeyLock::acquire(&lock_file)?;
     if let Some(p) = inner.pin(key, entry, size) {
+        let _ = lock.remove(&lock_file);
         return Ok(Prepared::Hit(p));
     }
     let prefix = format!("{TEMP_PREFIX}{key}-");

@@ -596,8 +596,7 @@ async fn handles_on_one_dir_share_one_instance() {
         let du = a.du().expect("du");
         assert!(du.bytes <= 3000, "over the limit after entry {i}: {du:?}");
     }
-    // One single-flight map: both handles' callers of a key share a fetch
-    // without waiting on the cross-process file lock.
+    // Both handles' callers of one key share one fetch.
     let f = file(100, 500);
     let slow = || fetcher(&calls, content(100, 500), Duration::from_millis(100));
     let before = calls.load(Ordering::SeqCst);
@@ -1161,6 +1160,11 @@ async fn four_processes_stress_one_cache_dir() {
         }
     );
     assert!(temp_files(cache.dir()).is_empty());
+    assert_eq!(
+        all_files(cache.dir()).len(),
+        STRESS_FILES,
+        "one file per entry: no lock file stays behind"
+    );
     println!(
         "stress: {STRESS_PROCS} processes x {STRESS_FILES} files ({total} bytes): \
          limit {limit}: {limited_secs:.1} s, {refetched} fetches; \
@@ -1241,4 +1245,45 @@ async fn stress_child() {
         "stress-result reads={} corrupt={} errors={} fetched={}",
         r.reads, r.corrupt, r.errors, r.fetched
     );
+}
+
+/// Local copies that name a file removed before the read (a shared-cache entry
+/// evicted between lookup and read).
+#[derive(Debug)]
+struct Vanished(PathBuf);
+
+impl udfchain::storage::source::LocalCopies for Vanished {
+    fn local_path(&self, _file: &File) -> Option<PathBuf> {
+        Some(self.0.clone())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_copy_gone_before_the_read_is_read_from_the_store() {
+    use udfchain::FileSource;
+    use udfchain::datafusion::execution::runtime_env::RuntimeEnv;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let store = counted_store(1, 3000).await;
+    let env = Arc::new(RuntimeEnv::default());
+    let url = url::Url::parse("memory://vanish").expect("url");
+    env.register_object_store(&url, Arc::clone(&store) as _);
+    let source = udfchain::storage::StoreSource::new(
+        env,
+        Default::default(),
+        Some(Arc::new(Vanished(tmp.path().join("evicted")))),
+    );
+    let f = File {
+        source: "memory://vanish".into(),
+        path: "d0/f0000.bin".into(),
+        size: 3000,
+        ..Default::default()
+    };
+    let want = crate::support::content(0, 3000);
+    assert_eq!(
+        source.read(&f).await.expect("read").as_ref(),
+        want.as_slice()
+    );
+    let range = source.read_range(&f, 10..20).await.expect("read_range");
+    assert_eq!(range.as_ref(), &want[10..20]);
+    assert_eq!(store.gets(), 2, "both reads went to the store");
 }
