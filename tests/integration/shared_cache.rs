@@ -1287,3 +1287,52 @@ async fn a_local_copy_gone_before_the_read_is_read_from_the_store() {
     assert_eq!(range.as_ref(), &want[10..20]);
     assert_eq!(store.gets(), 2, "both reads went to the store");
 }
+
+/// Local copies that record what was released to them.
+#[derive(Debug, Default)]
+struct Released(std::sync::Mutex<Vec<String>>);
+
+impl udfchain::storage::source::LocalCopies for Released {
+    fn local_path(&self, _file: &File) -> Option<PathBuf> {
+        None
+    }
+
+    fn release(&self, file: &File) {
+        self.0.lock().expect("lock").push(file.path.clone());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn window_pins_hold_an_entry_until_its_last_row_is_released() {
+    use udfchain::cache::WindowPins;
+    use udfchain::storage::source::LocalCopies;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cache = SharedCache::open(tmp.path(), None).expect("open");
+    let calls = Arc::new(AtomicUsize::new(0));
+    let f = file(1, 1000);
+    let (pin, _) = cache
+        .get_or_fetch(&f, fetcher(&calls, content(1, 1000), Duration::ZERO))
+        .await
+        .expect("fetch");
+    let entry = pin.path().to_path_buf();
+    let inner = Arc::new(Released::default());
+    let pins = WindowPins::new(Arc::clone(&inner) as _);
+    pins.hold(&f, pin); // row 1
+    assert!(pins.acquire(&f)); // row 2
+    assert!(!pins.acquire(&file(2, 1000)), "not held");
+    assert_eq!(pins.local_path(&f), Some(entry.clone()));
+
+    pins.release(&f); // row 1 done
+    assert_eq!(cache.prune_to(0).expect("prune").files, 0, "row 2 holds it");
+    pins.release(&f); // row 2 done
+    assert!(pins.is_empty());
+    assert_eq!(cache.prune_to(0).expect("prune").files, 1);
+    assert!(!entry.exists());
+
+    // A file the window does not hold is released to the copies behind it.
+    pins.release(&file(2, 1000));
+    assert_eq!(
+        *inner.0.lock().expect("lock"),
+        vec!["dir/f2.bin".to_string()]
+    );
+}
