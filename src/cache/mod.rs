@@ -1,6 +1,7 @@
 //! Local copies of stored files: the per-UDF temporary cache (`cache = false`)
-//! and the shared persistent cache (`cache = true`).
+//! and the shared persistent cache (`cache = true`), whose entries a prefetch
+//! window pins for its rows ([`WindowPins`]).
 pub mod shared;
 pub mod temp;
-pub use shared::{CacheUsage, SharedCache};
+pub use shared::{CacheUsage, Pin, SharedCache, WindowPins};
 pub use temp::TempCache;

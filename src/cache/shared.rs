@@ -2,31 +2,49 @@
 //! directory, shared by every thread and every process that opens it.
 //!
 //! Guarantees:
+//! - **One instance per dir per process.** [`SharedCache::open`] returns a handle
+//!   to the process-wide state of the canonical dir (single-flight map, pin table,
+//!   size estimate), so every partition and every operator of every query in the
+//!   process shares them; each handle keeps its own size limit.
 //! - **Complete entries only.** An entry appears by renaming a fully written,
 //!   fsynced temp file whose length was checked against `File::size`, so a reader
-//!   never sees a half-written entry. [`SharedCache::get`] also checks the length
-//!   and deletes an entry that does not match (a truncated or damaged file).
+//!   never sees a half-written entry. A lookup also checks the length and deletes
+//!   an entry that does not match (a truncated or damaged file).
 //! - **One download per key.** Concurrent [`SharedCache::get_or_fetch`] calls for
 //!   one key in a process wait for a single fetch (per-key async mutex), and
 //!   processes exclude each other with an exclusive file lock on `<entry>.lock`
 //!   held while checking and fetching.
+//! - **Pinned entries stay.** [`SharedCache::get_or_fetch`] and
+//!   [`SharedCache::pin`] return a [`Pin`]: while it lives the entry holds a shared
+//!   `flock` (one open file per pinned entry per process, counted in-process), and
+//!   pruning or clearing, here or in another process, removes an entry only under
+//!   an exclusive `flock` it can take without waiting, so a pinned entry is never
+//!   removed, even when it is the least recently used. A new entry is pinned before
+//!   its rename, so not even the prune that follows its own write can remove it.
+//!   A process killed while holding pins releases them with its file descriptors.
 //! - **Size limit.** With a limit, writes prune least-recently-used entries (by
-//!   mtime; a hit refreshes it) so the total stays within the limit, never removing
-//!   the entry just written, nor an entry whose key another caller holds locked.
+//!   mtime; a hit refreshes it) to 90% of the limit once the total may be over it.
+//!   Pinned entries are skipped, so while more than the limit is pinned (a
+//!   prefetch window of large files, several readers) the cache exceeds its
+//!   limit until the pins are released and a later write prunes again.
 //! - **Stable keys.** Entry names are SHA-256 hex of the file's identity (source,
 //!   path, version or etag or size and mtime, location), equal across processes.
 //! - **Cancel safety.** Dropping a `get_or_fetch` future leaves no partial entry: its
 //!   temp file is removed, and any temp file left by a killed process is ignored by
-//!   `get`/`du` and removed by `prune_to`/`clear`.
+//!   lookups and `du` and removed by `prune_to`/`clear` (its writer's key lock died
+//!   with it).
 //!
 //! Layout: `<dir>/<first 2 hex chars>/<hex>` is an entry; `<hex>.lock` and
-//! `.tmp-<hex>-*` next to it are its lock file and in-progress downloads.
+//! `.tmp-<hex>-*` next to it are its lock file and in-progress downloads. The
+//! lock file exists only while a fetch of the key runs (its holder unlinks it
+//! when done; waiters on the unlinked file notice and retry), so a settled
+//! cache holds one inode per entry.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::SystemTime;
 
 use fs4::{FileExt, TryLockError};
@@ -51,42 +69,109 @@ pub struct CacheUsage {
 
 type Flights = Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>;
 
-/// A persistent, size-limited cache of whole objects in a local directory.
-pub struct SharedCache {
+/// The process-wide state of one cache dir.
+#[derive(Debug)]
+struct Inner {
+    /// The canonical dir.
     dir: PathBuf,
-    limit: Option<u64>,
     /// In-process single flight: one async mutex per key being fetched.
     flights: Flights,
     /// Upper estimate of the total entry bytes (`None`: unknown), so that a write
     /// under the limit does not rescan the directory.
-    estimate: Arc<Mutex<Option<u64>>>,
+    estimate: Mutex<Option<u64>>,
+    /// The pinned entries by key: one open, shared-locked file each.
+    pins: Mutex<HashMap<String, Weak<Held>>>,
+}
+
+/// A persistent, size-limited cache of whole objects in a local directory: a
+/// handle to the process-wide instance of its dir.
+pub struct SharedCache {
+    inner: Arc<Inner>,
+    limit: Option<u64>,
 }
 
 impl std::fmt::Debug for SharedCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SharedCache")
-            .field("dir", &self.dir)
+            .field("dir", &self.inner.dir)
             .field("limit", &self.limit)
             .finish_non_exhaustive()
     }
 }
 
+/// A cache entry held in place: no pruning, in this process or another, removes
+/// it while the `Pin` lives. Dropping the last `Pin` of an entry releases it.
+#[must_use]
+pub struct Pin {
+    held: Arc<Held>,
+    inner: Arc<Inner>,
+}
+
+/// One pinned entry: its open file holds a shared `flock`.
+#[derive(Debug)]
+struct Held {
+    file: fs::File,
+    path: PathBuf,
+    key: String,
+}
+
+impl Pin {
+    /// The entry's path; it names the complete entry while the pin lives.
+    pub fn path(&self) -> &Path {
+        &self.held.path
+    }
+}
+
+impl std::fmt::Debug for Pin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Pin").field(&self.held.path).finish()
+    }
+}
+
+impl Drop for Pin {
+    fn drop(&mut self) {
+        let mut pins = lock(&self.inner.pins);
+        // Clones of `held` are only made under this lock: 1 means ours is the last.
+        if Arc::strong_count(&self.held) == 1
+            && pins
+                .get(&self.held.key)
+                .is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(&self.held)))
+        {
+            pins.remove(&self.held.key);
+        }
+    }
+}
+
 impl SharedCache {
-    /// Opens (creating) the cache dir. `limit`: max total bytes of entries, LRU-evicted.
+    /// Opens (creating) the cache dir. `limit`: max total bytes of entries,
+    /// LRU-evicted by this handle's writes. Every handle on one dir (by its
+    /// canonical path) in this process shares one instance.
     pub fn open(dir: impl Into<PathBuf>, limit: Option<u64>) -> Result<Arc<Self>> {
+        static OPEN: Mutex<BTreeMap<PathBuf, Weak<Inner>>> = Mutex::new(BTreeMap::new());
         let dir = dir.into();
         fs::create_dir_all(&dir).map_err(|e| Error::io(dir.display(), e))?;
-        Ok(Arc::new(Self {
-            dir,
-            limit,
-            flights: Mutex::new(HashMap::new()),
-            estimate: Arc::new(Mutex::new(None)),
-        }))
+        let dir = fs::canonicalize(&dir).map_err(|e| Error::io(dir.display(), e))?;
+        let mut open = lock(&OPEN);
+        open.retain(|_, w| w.strong_count() > 0);
+        let inner = match open.get(&dir).and_then(Weak::upgrade) {
+            Some(inner) => inner,
+            None => {
+                let inner = Arc::new(Inner {
+                    dir: dir.clone(),
+                    flights: Mutex::default(),
+                    estimate: Mutex::new(None),
+                    pins: Mutex::default(),
+                });
+                open.insert(dir, Arc::downgrade(&inner));
+                inner
+            }
+        };
+        Ok(Arc::new(Self { inner, limit }))
     }
 
-    /// The cache directory.
+    /// The cache directory (canonical).
     pub fn dir(&self) -> &Path {
-        &self.dir
+        &self.inner.dir
     }
 
     /// The stable key of `file`: SHA-256 hex of its source, path, identity (version,
@@ -121,49 +206,58 @@ impl SharedCache {
 
     /// Path of the complete entry if present and its length == `file.size`; a
     /// wrong-size (e.g. truncated) entry is deleted and `None` returned. A hit
-    /// refreshes the entry's mtime, which orders LRU eviction.
+    /// refreshes the entry's mtime, which orders LRU eviction. The entry is not
+    /// pinned: use [`SharedCache::pin`] to keep it while reading.
     pub fn get(&self, file: &File) -> Option<PathBuf> {
-        check_entry(&self.entry_path(&Self::key(file)), file.size)
+        self.pin(file).map(|p| p.path().to_path_buf())
     }
 
-    /// Returns the entry of `file`, downloading it with `fetch` if missing, as
-    /// `(path, downloaded)`. `fetch(tmp)` must write the whole object to `tmp`, a
-    /// temp file inside the cache dir; the entry appears only if it then holds
-    /// exactly `file.size` bytes (else an error naming the file and both sizes).
+    /// Pins the complete entry of `file` if present (as [`SharedCache::get`]
+    /// finds it): it stays until the returned [`Pin`] is dropped.
+    pub fn pin(&self, file: &File) -> Option<Pin> {
+        let key = Self::key(file);
+        let entry = self.entry_path(&key);
+        self.inner.pin(&key, &entry, file.size)
+    }
+
+    /// Returns the entry of `file`, pinned, downloading it with `fetch` if
+    /// missing, as `(pin, downloaded)`. `fetch(tmp)` must write the whole object
+    /// to `tmp`, a temp file inside the cache dir; the entry appears only if it
+    /// then holds exactly `file.size` bytes (else an error naming the file and
+    /// both sizes).
     ///
     /// Concurrent calls for one key, in this process or others sharing the dir, run
     /// one fetch; the others wait for it and return its entry. After a write, with
-    /// a limit set and the total over it, least-recently-used entries are pruned to
-    /// 90% of the limit (so a full cache is not rescanned on every write), never
-    /// the entry just written; pruning is housekeeping, its errors do not fail the
-    /// call.
+    /// a limit set and the total over it, least-recently-used unpinned entries are
+    /// pruned to 90% of the limit (so a full cache is not rescanned on every
+    /// write); pruning is housekeeping, its errors do not fail the call.
     ///
     /// # Cancel safety
     /// Dropping the future leaves no partial entry visible (a leftover temp file is
-    /// ignored by `get`/`du` and removed by `clear`/`prune_to`); once the fetch has
-    /// finished, the entry is completed in the background.
-    pub async fn get_or_fetch<F, Fut>(&self, file: &File, fetch: F) -> Result<(PathBuf, bool)>
+    /// ignored by lookups and `du` and removed by `clear`/`prune_to`); once the
+    /// fetch has finished, the entry is completed in the background.
+    pub async fn get_or_fetch<F, Fut>(&self, file: &File, fetch: F) -> Result<(Pin, bool)>
     where
         F: FnOnce(PathBuf) -> Fut,
         Fut: Future<Output = Result<()>>,
     {
         let key = Self::key(file);
         let entry = self.entry_path(&key);
-        if let Some(p) = check_entry(&entry, file.size) {
+        let size = file.size;
+        if let Some(p) = self.inner.pin(&key, &entry, size) {
             return Ok((p, false));
         }
 
-        let flight = Flight::join(&self.flights, &key);
+        let flight = Flight::join(&self.inner.flights, &key);
         let _turn = flight.wait().await;
         // The caller ahead of us may just have written it.
-        if let Some(p) = check_entry(&entry, file.size) {
+        if let Some(p) = self.inner.pin(&key, &entry, size) {
             return Ok((p, false));
         }
 
-        let size = file.size;
         let prepared = blocking(&entry, {
-            let entry = entry.clone();
-            move || prepare(&entry, &key, size)
+            let (inner, entry, key) = (Arc::clone(&self.inner), entry.clone(), key.clone());
+            move || prepare(&inner, &entry, &key, size)
         })
         .await?;
         let (lock, tmp) = match prepared {
@@ -175,26 +269,29 @@ impl SharedCache {
         fetch(tmp.to_path_buf()).await?;
 
         let url = file.url();
-        let (dir, limit, estimate) = (self.dir.clone(), self.limit, Arc::clone(&self.estimate));
-        let path = blocking(&entry, {
+        let (inner, limit) = (Arc::clone(&self.inner), self.limit);
+        let pin = blocking(&entry, {
             let entry = entry.clone();
             move || {
-                let path = install(tmp, &entry, size, &url)?;
+                let file = install(tmp, &entry, size, &url)?;
+                let pin = inner.adopt(key, entry.clone(), file);
+                // No lock file stays behind per entry (one inode each).
+                let _ = lock.remove(&lock_path(&entry));
                 if let Some(limit) = limit {
-                    // Best effort: the entry is complete whatever pruning does.
-                    let _ = prune_after_write(&dir, limit, size, &entry, &estimate);
+                    // Best effort: the entry is complete (and pinned) whatever
+                    // pruning does.
+                    let _ = inner.prune_after_write(limit, size);
                 }
-                drop(lock);
-                Ok(path)
+                Ok(pin)
             }
         })
         .await?;
-        Ok((path, true))
+        Ok((pin, true))
     }
 
     /// Number and bytes of complete entries (temp and lock files not counted).
     pub fn du(&self) -> Result<CacheUsage> {
-        let scan = scan(&self.dir)?;
+        let scan = scan(&self.inner.dir)?;
         Ok(CacheUsage {
             files: scan.entries.len() as u64,
             bytes: scan.entries.iter().map(|e| e.len).sum(),
@@ -202,27 +299,28 @@ impl SharedCache {
     }
 
     /// Removes least-recently-used entries until the total is at most `max_bytes`,
-    /// skipping entries whose key is locked by a running fetch; also removes leftover
-    /// temp files and unused lock files. Returns what was removed.
+    /// skipping pinned entries (so the total may stay above it); also removes
+    /// leftover temp files and unused lock files. Returns what was removed.
     pub fn prune_to(&self, max_bytes: u64) -> Result<CacheUsage> {
-        let (removed, remaining) = prune(&self.dir, max_bytes, None)?;
-        *lock_estimate(&self.estimate) = Some(remaining);
+        let (removed, remaining) = prune(&self.inner.dir, max_bytes)?;
+        *lock(&self.inner.estimate) = Some(remaining);
         Ok(removed)
     }
 
-    /// Removes every entry, leftover temp file and unused lock file.
+    /// Removes every entry not pinned (here or by another process), every
+    /// leftover temp file and every unused lock file.
     pub fn clear(&self) -> Result<()> {
-        let scan = scan(&self.dir)?;
+        let scan = scan(&self.inner.dir)?;
         for e in &scan.entries {
-            remove_if_exists(&e.path)?;
+            remove_entry(&e.path)?;
         }
         sweep(&scan)?;
-        *lock_estimate(&self.estimate) = None;
+        *lock(&self.inner.estimate) = None;
         Ok(())
     }
 
     fn entry_path(&self, key: &str) -> PathBuf {
-        self.dir.join(&key[..2]).join(key)
+        self.inner.dir.join(&key[..2]).join(key)
     }
 }
 
@@ -232,21 +330,153 @@ impl LocalCopies for SharedCache {
     }
 }
 
-/// The entry at `path` if it holds `size` bytes (refreshing its mtime); a
-/// wrong-size entry is deleted.
-fn check_entry(path: &Path, size: u64) -> Option<PathBuf> {
-    let meta = fs::metadata(path).ok()?;
-    if !meta.is_file() {
-        return None;
+/// The shared-cache entries a prefetch window holds for its rows, in front of
+/// the window's other local copies (`inner`, its temp cache): each entry stays
+/// pinned until the last row using it is released.
+#[derive(Debug)]
+pub struct WindowPins {
+    inner: Arc<dyn LocalCopies>,
+    /// Pins by `source \0 path` (a virtual file shares its parent's), with the
+    /// number of rows using each.
+    held: Mutex<HashMap<String, (Pin, usize)>>,
+}
+
+impl WindowPins {
+    pub fn new(inner: Arc<dyn LocalCopies>) -> Arc<Self> {
+        Arc::new(Self {
+            inner,
+            held: Mutex::default(),
+        })
     }
-    if meta.len() != size {
-        let _ = fs::remove_file(path);
-        return None;
+
+    /// Holds `pin`, the entry of `file`, for one more row.
+    pub fn hold(&self, file: &File, pin: Pin) {
+        lock(&self.held)
+            .entry(window_key(file))
+            .and_modify(|(_, rows)| *rows += 1)
+            .or_insert((pin, 1));
     }
-    if let Ok(f) = fs::File::options().write(true).open(path) {
-        let _ = f.set_modified(SystemTime::now());
+
+    /// Counts one more row using `file` if its entry is held.
+    pub fn acquire(&self, file: &File) -> bool {
+        match lock(&self.held).get_mut(&window_key(file)) {
+            Some((_, rows)) => {
+                *rows += 1;
+                true
+            }
+            None => false,
+        }
     }
-    Some(path.to_path_buf())
+
+    /// Entries held.
+    pub fn len(&self) -> usize {
+        lock(&self.held).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl LocalCopies for WindowPins {
+    fn local_path(&self, file: &File) -> Option<PathBuf> {
+        if let Some((pin, _)) = lock(&self.held).get(&window_key(file)) {
+            return Some(pin.path().to_path_buf());
+        }
+        self.inner.local_path(file)
+    }
+
+    fn local_bytes(&self, file: &File) -> Option<bytes::Bytes> {
+        self.inner.local_bytes(file)
+    }
+
+    fn release(&self, file: &File) {
+        let mut held = lock(&self.held);
+        let key = window_key(file);
+        match held.get_mut(&key) {
+            Some((_, rows)) => {
+                *rows -= 1;
+                if *rows == 0 {
+                    held.remove(&key);
+                }
+            }
+            None => {
+                drop(held);
+                self.inner.release(file);
+            }
+        }
+    }
+}
+
+fn window_key(file: &File) -> String {
+    format!("{}\u{0}{}", file.source, file.path)
+}
+
+impl Inner {
+    /// Pins the entry `key` at `entry` if it is complete (`size` bytes; a
+    /// wrong-size entry is deleted) and not being removed, refreshing its mtime.
+    fn pin(self: &Arc<Self>, key: &str, entry: &Path, size: u64) -> Option<Pin> {
+        if let Some(held) = lock(&self.pins).get(key).and_then(Weak::upgrade)
+            && still_linked(&held.file, entry)
+            && held.file.metadata().is_ok_and(|m| m.len() == size)
+        {
+            let _ = held.file.set_modified(SystemTime::now());
+            return Some(Pin {
+                held,
+                inner: Arc::clone(self),
+            });
+        }
+        let file = fs::File::open(entry).ok()?;
+        let meta = file.metadata().ok()?;
+        if !meta.is_file() {
+            return None;
+        }
+        if meta.len() != size {
+            if still_linked(&file, entry) {
+                let _ = fs::remove_file(entry);
+            }
+            return None;
+        }
+        // Fails only while a pruner holds it exclusively, about to unlink it.
+        FileExt::try_lock_shared(&file).ok()?;
+        // The pruner may have unlinked it between our open and our lock.
+        if !still_linked(&file, entry) {
+            return None;
+        }
+        let _ = file.set_modified(SystemTime::now());
+        Some(self.adopt(key.to_string(), entry.to_path_buf(), file))
+    }
+
+    /// Registers `file`, the shared-locked entry `key` at `path`, as pinned.
+    fn adopt(self: &Arc<Self>, key: String, path: PathBuf, file: fs::File) -> Pin {
+        let held = Arc::new(Held {
+            file,
+            path,
+            key: key.clone(),
+        });
+        lock(&self.pins).insert(key, Arc::downgrade(&held));
+        Pin {
+            held,
+            inner: Arc::clone(self),
+        }
+    }
+
+    /// After writing `written` bytes: prunes to 90% of `limit` if the total may
+    /// be over it.
+    fn prune_after_write(&self, limit: u64, written: u64) -> Result<()> {
+        let mut est = lock(&self.estimate);
+        if let Some(e) = est.as_mut() {
+            *e = e.saturating_add(written);
+            if *e <= limit {
+                return Ok(());
+            }
+        }
+        *est = None;
+        let low_water = limit - limit / 10;
+        let (_, remaining) = prune(&self.dir, low_water)?;
+        *est = Some(remaining);
+        Ok(())
+    }
 }
 
 fn lock_path(entry: &Path) -> PathBuf {
@@ -256,17 +486,19 @@ fn lock_path(entry: &Path) -> PathBuf {
 }
 
 enum Prepared {
-    Hit(PathBuf),
+    Hit(Pin),
     Fetch(KeyLock, TempPath),
 }
 
-/// Under the key's file lock: the entry if another process wrote it meanwhile,
-/// else the lock and a fresh temp file to fetch into.
-fn prepare(entry: &Path, key: &str, size: u64) -> Result<Prepared> {
+/// Under the key's file lock: the entry, pinned, if another process wrote it
+/// meanwhile, else the lock and a fresh temp file to fetch into.
+fn prepare(inner: &Arc<Inner>, entry: &Path, key: &str, size: u64) -> Result<Prepared> {
     let shard = entry.parent().unwrap_or(entry);
     fs::create_dir_all(shard).map_err(|e| Error::io(shard.display(), e))?;
-    let lock = KeyLock::acquire(&lock_path(entry))?;
-    if let Some(p) = check_entry(entry, size) {
+    let lock_file = lock_path(entry);
+    let lock = KeyLock::acquire(&lock_file)?;
+    if let Some(p) = inner.pin(key, entry, size) {
+        let _ = lock.remove(&lock_file);
         return Ok(Prepared::Hit(p));
     }
     let prefix = format!("{TEMP_PREFIX}{key}-");
@@ -284,10 +516,15 @@ fn prepare(entry: &Path, key: &str, size: u64) -> Result<Prepared> {
     Ok(Prepared::Fetch(lock, tmp))
 }
 
-/// Fsyncs the fetched temp file, checks its size and renames it into place.
-fn install(tmp: TempPath, entry: &Path, size: u64, url: &str) -> Result<PathBuf> {
+/// Fsyncs the fetched temp file, checks its size, locks it shared (pinning it
+/// before anyone can see it) and renames it into place; returns the locked file.
+fn install(tmp: TempPath, entry: &Path, size: u64, url: &str) -> Result<fs::File> {
     let io_err = |e| Error::io(tmp.display(), e);
-    let f = fs::File::options().write(true).open(&tmp).map_err(io_err)?;
+    let f = fs::File::options()
+        .read(true)
+        .write(true)
+        .open(&tmp)
+        .map_err(io_err)?;
     f.sync_all().map_err(io_err)?;
     let got = f.metadata().map_err(io_err)?.len();
     if got != size {
@@ -299,9 +536,9 @@ fn install(tmp: TempPath, entry: &Path, size: u64, url: &str) -> Result<PathBuf>
             )),
         });
     }
-    // The same clock as `check_entry`'s touch, at full precision, for LRU order.
+    // The same clock as a pin's touch, at full precision, for LRU order.
     let _ = f.set_modified(SystemTime::now());
-    drop(f);
+    FileExt::lock_shared(&f).map_err(io_err)?;
     tmp.persist(entry)
         .map_err(|e| Error::io(entry.display(), e.error))?;
     #[cfg(unix)]
@@ -310,7 +547,7 @@ fn install(tmp: TempPath, entry: &Path, size: u64, url: &str) -> Result<PathBuf>
     {
         let _ = d.sync_all();
     }
-    Ok(entry.to_path_buf())
+    Ok(f)
 }
 
 /// Runs blocking file work off the async workers.
@@ -451,36 +688,13 @@ fn still_linked(file: &fs::File, path: &Path) -> bool {
     }
 }
 
-fn lock_estimate(estimate: &Mutex<Option<u64>>) -> std::sync::MutexGuard<'_, Option<u64>> {
-    estimate.lock().unwrap_or_else(|p| p.into_inner())
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// After writing `written` bytes at `keep`: prunes to 90% of `limit` if the total
-/// may be over it.
-fn prune_after_write(
-    dir: &Path,
-    limit: u64,
-    written: u64,
-    keep: &Path,
-    estimate: &Mutex<Option<u64>>,
-) -> Result<()> {
-    let mut est = lock_estimate(estimate);
-    if let Some(e) = est.as_mut() {
-        *e = e.saturating_add(written);
-        if *e <= limit {
-            return Ok(());
-        }
-    }
-    *est = None;
-    let low_water = limit - limit / 10;
-    let (_, remaining) = prune(dir, low_water, Some(keep))?;
-    *est = Some(remaining);
-    Ok(())
-}
-
-/// Removes LRU entries (skipping `keep` and locked keys) until the total is at
-/// most `max_bytes`. Returns (removed, remaining total).
-fn prune(dir: &Path, max_bytes: u64, keep: Option<&Path>) -> Result<(CacheUsage, u64)> {
+/// Removes LRU entries (skipping pinned ones) until the total is at most
+/// `max_bytes`, then sweeps. Returns (removed, remaining total).
+fn prune(dir: &Path, max_bytes: u64) -> Result<(CacheUsage, u64)> {
     let mut scan = scan(dir)?;
     scan.entries
         .sort_by(|a, b| (a.mtime, &a.path).cmp(&(b.mtime, &b.path)));
@@ -490,27 +704,54 @@ fn prune(dir: &Path, max_bytes: u64, keep: Option<&Path>) -> Result<(CacheUsage,
         if total <= max_bytes {
             break;
         }
-        if keep == Some(e.path.as_path()) {
-            continue;
-        }
-        let lock_file = lock_path(&e.path);
-        // Creating the lock file makes a caller about to check this key wait.
-        let TryLock::Held(lock) = KeyLock::try_acquire(&lock_file, true)? else {
-            continue; // being fetched or checked right now
-        };
-        match fs::remove_file(&e.path) {
-            Ok(()) => {
+        match remove_entry(&e.path)? {
+            Removal::Removed => {
                 removed.files += 1;
                 removed.bytes += e.len;
+                total -= e.len;
             }
-            Err(err) if err.kind() == io::ErrorKind::NotFound => {}
-            Err(err) => return Err(Error::io(e.path.display(), err)),
+            Removal::Gone => total -= e.len,
+            Removal::Pinned => {}
         }
-        total -= e.len;
-        lock.remove(&lock_file)?;
     }
     sweep(&scan)?;
     Ok((removed, total))
+}
+
+enum Removal {
+    Removed,
+    /// Removed or replaced by someone else meanwhile.
+    Gone,
+    Pinned,
+}
+
+/// Removes the entry at `path` unless it is pinned: under an exclusive `flock`
+/// taken without waiting (a pinner holds a shared one). Then removes its lock
+/// file if nobody holds that.
+fn remove_entry(path: &Path) -> Result<Removal> {
+    let file = match fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Removal::Gone),
+        Err(e) => return Err(Error::io(path.display(), e)),
+    };
+    match FileExt::try_lock(&file) {
+        Ok(()) => {}
+        Err(TryLockError::WouldBlock) => return Ok(Removal::Pinned),
+        Err(TryLockError::Error(e)) => return Err(Error::io(path.display(), e)),
+    }
+    if !still_linked(&file, path) {
+        return Ok(Removal::Gone);
+    }
+    // A pinner that opened it before this lock finds it unlinked once it locks.
+    remove_if_exists(path)?;
+    drop(file);
+    let lock_file = lock_path(path);
+    if let TryLock::Held(lock) = KeyLock::try_acquire(&lock_file, false)?
+        && !path.exists()
+    {
+        lock.remove(&lock_file)?;
+    }
+    Ok(Removal::Removed)
 }
 
 /// Removes temp files and lock files of keys nobody holds locked (leftovers of

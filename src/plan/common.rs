@@ -349,7 +349,7 @@ impl<U: ?Sized> UdfOperator<U> {
     ) -> DfResult<(SendableRecordBatchStream, Partition<U>, BaselineMetrics)> {
         let input = self.input.execute(partition, Arc::clone(ctx))?;
         let temp = self.link.as_ref().and_then(|l| l.temp(partition));
-        let local = temp.clone().map(|t| t as Arc<dyn LocalCopies>);
+        let local = self.link.as_ref().and_then(|l| l.local(partition));
         let part = Partition {
             source: self.call.file_source(ctx, local.clone())?,
             local,

@@ -8,8 +8,8 @@
 //!   when the pool refuses, no new download starts until a row is taken (one
 //!   row always proceeds, so a tiny pool slows the run but never stalls it);
 //! - a row is emitted only when every `File` in it has a complete local copy
-//!   (a temp file, or a shared-cache entry with `cache = true`); the UDF's
-//!   `File` reads then go to that copy;
+//!   (a temp file, or a shared-cache entry, pinned so that no pruning removes
+//!   it until the row is released); the UDF's `File` reads then go to that copy;
 //! - `ordered = true` emits rows in input order; `false` in completion order,
 //!   so one slow object does not hold back the rest;
 //! - every download is a task aborted when the stream is dropped; the temp dir
@@ -54,7 +54,7 @@ use udfchain_udfs::{File, decode_column};
 
 use super::common::{slices, unary_exec_boilerplate};
 use super::report::SkipList;
-use crate::cache::{SharedCache, TempCache};
+use crate::cache::{SharedCache, TempCache, WindowPins};
 use crate::error::Error;
 use crate::runtime::{PoolTask, spawn_on};
 use crate::settings::{OnError, Prefetch};
@@ -65,15 +65,15 @@ use crate::storage::{Downloaded, StoreSource, download_bytes, download_to};
 /// `PrefetchExec` made (they are created when the partition starts).
 #[derive(Debug, Default)]
 pub struct PrefetchLink {
-    partitions: Mutex<HashMap<usize, Weak<TempCache>>>,
+    partitions: Mutex<HashMap<usize, (Weak<TempCache>, Weak<WindowPins>)>>,
 }
 
 impl PrefetchLink {
-    fn publish(&self, partition: usize, temp: &Arc<TempCache>) {
+    fn publish(&self, partition: usize, temp: &Arc<TempCache>, pins: &Arc<WindowPins>) {
         self.partitions
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(partition, Arc::downgrade(temp));
+            .insert(partition, (Arc::downgrade(temp), Arc::downgrade(pins)));
     }
 
     /// The temp cache of `partition`, once its prefetch stream has started.
@@ -82,12 +82,21 @@ impl PrefetchLink {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(&partition)?
+            .0
             .upgrade()
     }
 
-    /// The local copies of `partition`, once its prefetch stream has started.
+    /// The local copies of `partition` (window pins in front of its temp cache),
+    /// once its prefetch stream has started.
     pub fn local(&self, partition: usize) -> Option<Arc<dyn LocalCopies>> {
-        self.temp(partition).map(|t| t as Arc<dyn LocalCopies>)
+        let pins = self
+            .partitions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&partition)?
+            .1
+            .upgrade()?;
+        Some(pins as Arc<dyn LocalCopies>)
     }
 }
 
@@ -193,7 +202,8 @@ impl ExecutionPlan for PrefetchExec {
         };
         let fallback = shared.clone().map(|s| s as Arc<dyn LocalCopies>);
         let temp = TempCache::create(&self.options.root, fallback).map_err(Error::into_df)?;
-        self.link.publish(partition, &temp);
+        let pins = WindowPins::new(Arc::clone(&temp) as _);
+        self.link.publish(partition, &temp, &pins);
         let m = |name: &'static str| MetricBuilder::new(&self.metrics).counter(name, partition);
         let metrics = PrefetchMetrics {
             files_fetched: m("files_fetched"),
@@ -225,6 +235,7 @@ impl ExecutionPlan for PrefetchExec {
             shared: Arc::new(Shared {
                 file_cols: self.file_cols.clone(),
                 temp,
+                pins,
                 shared,
                 into_cache: self.options.cache,
                 memory_file_limit: self.options.memory_file_limit,
@@ -267,6 +278,8 @@ struct PrefetchMetrics {
 struct Shared {
     file_cols: Vec<usize>,
     temp: Arc<TempCache>,
+    /// The shared-cache entries of the window's rows, pinned until released.
+    pins: Arc<WindowPins>,
     shared: Option<Arc<SharedCache>>,
     /// `cache = true`: downloads go into `shared`.
     into_cache: bool,
@@ -495,10 +508,10 @@ impl Shared {
         {
             return;
         }
-        if self.temp.acquire(&parent)
+        if (self.temp.acquire(&parent) || self.pins.acquire(&parent))
             && let Some(old) = pinned.replace(parent)
         {
-            self.temp.release(&old);
+            self.pins.release(&old);
         }
     }
 
@@ -536,16 +549,21 @@ impl Shared {
     }
 
     async fn fetch_locked(&self, file: &File) -> Result<bool, Error> {
-        let in_shared = || self.shared.as_ref().is_some_and(|c| c.get(file).is_some());
-        if self.temp.acquire(file) || in_shared() {
+        if self.temp.acquire(file) || self.pins.acquire(file) {
+            self.metrics.cache_hits.add(1);
+            return Ok(false);
+        }
+        if let Some(pin) = self.shared.as_ref().and_then(|c| c.pin(file)) {
+            self.pins.hold(file, pin);
             self.metrics.cache_hits.add(1);
             return Ok(false);
         }
         match (&self.shared, self.into_cache) {
             (Some(cache), true) => {
-                let (_, downloaded) = cache
+                let (pin, downloaded) = cache
                     .get_or_fetch(file, |tmp| async move { self.download(file, &tmp).await })
                     .await?;
+                self.pins.hold(file, pin);
                 if !downloaded {
                     self.metrics.cache_hits.add(1);
                 }

@@ -6,7 +6,9 @@
 //! With a read-through cache (`cache = true` and no prefetch in front of the
 //! UDF), a whole-file read goes through the shared cache: the first read of an
 //! object downloads it into the cache, later reads (in this run or the next)
-//! find it there and make no request.
+//! find it there and make no request. A local copy that vanished between its
+//! lookup and the read (an unpinned shared-cache entry evicted meanwhile) is
+//! read from the store instead of failing.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
@@ -101,11 +103,15 @@ impl FileSource for StoreSource {
         if let Some(b) = self.local_bytes(file) {
             return Ok(b);
         }
-        if let Some(p) = self.local_path(file) {
-            return tokio::fs::read(&p)
-                .await
-                .map(Bytes::from)
-                .map_err(|e| read_error(file, e));
+        // With a read-through cache, its entry is read pinned below.
+        if self.read_through.is_none()
+            && let Some(p) = self.local_path(file)
+        {
+            match tokio::fs::read(&p).await {
+                // An unpinned shared-cache entry evicted since the lookup.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                r => return r.map(Bytes::from).map_err(|e| read_error(file, e)),
+            }
         }
         let (store, path) = self.resolve(file)?;
         if let Some(cache) = &self.read_through {
@@ -116,8 +122,10 @@ impl FileSource for StoreSource {
                         .await
                         .map(|_| ())
                 };
-                let (entry, _) = cache.get_or_fetch(&target, fetch).await?;
-                tokio::fs::read(&entry)
+                // Pinned until the read is done: no pruning removes it meanwhile.
+                let (pin, _) = cache.get_or_fetch(&target, fetch).await?;
+                let entry = pin.path();
+                tokio::fs::read(entry)
                     .await
                     .map_err(|e| crate::Error::io(entry.display(), e))
             });
@@ -153,9 +161,11 @@ impl FileSource for StoreSource {
             return Ok(b.slice(range.start as usize..range.end as usize));
         }
         if let Some(p) = local.and_then(|l| l.local_path(&target)) {
-            return read_local_range(&p, range)
-                .await
-                .map_err(|e| read_error(file, e));
+            match read_local_range(&p, range.clone()).await {
+                // An unpinned shared-cache entry evicted since the lookup.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                r => return r.map_err(|e| read_error(file, e)),
+            }
         }
         let (store, path) = self.resolve(&target)?;
         let task = spawn_on(&self.io, async move { store.get_range(&path, range).await });
