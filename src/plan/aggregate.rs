@@ -38,7 +38,6 @@ use super::common::{
     Done, Shape, UdfCall, UdfOperator, append_column, null_output, repeat_row,
     unary_exec_boilerplate,
 };
-use super::prefetch::PrefetchLink;
 use crate::settings::OnError;
 
 #[derive(Debug)]
@@ -54,12 +53,12 @@ impl AggregateExec {
         udf: Arc<dyn Aggregator>,
         call: Arc<UdfCall>,
         keys: Vec<(usize, String)>,
-        link: Option<Arc<PrefetchLink>>,
+        prefetched: bool,
         schema: SchemaRef,
     ) -> Self {
         let shape = Shape::Group(keys.iter().map(|(i, _)| *i).collect());
         Self {
-            op: UdfOperator::new(input, udf, call, link, schema, shape),
+            op: UdfOperator::new(input, udf, call, prefetched, schema, shape),
             keys,
         }
     }

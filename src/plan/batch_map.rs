@@ -26,7 +26,6 @@ use futures::stream::{BoxStream, StreamExt, TryStreamExt};
 use udfchain_udfs::BatchMapper;
 
 use super::common::{Shape, UdfCall, UdfOperator, unary_exec_boilerplate};
-use super::prefetch::PrefetchLink;
 
 #[derive(Debug)]
 pub struct BatchMapExec {
@@ -38,11 +37,11 @@ impl BatchMapExec {
         input: Arc<dyn ExecutionPlan>,
         udf: Arc<dyn BatchMapper>,
         call: Arc<UdfCall>,
-        link: Option<Arc<PrefetchLink>>,
+        prefetched: bool,
         schema: SchemaRef,
     ) -> Self {
         Self {
-            op: UdfOperator::new(input, udf, call, link, schema, Shape::Append),
+            op: UdfOperator::new(input, udf, call, prefetched, schema, Shape::Append),
         }
     }
 

@@ -41,7 +41,7 @@ use udfchain_udfs::{CallError, File, FileSource, UdfError, decode_column, with_f
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
 
-use super::prefetch::PrefetchLink;
+use super::prefetch::PrefetchExec;
 use super::report::SkipList;
 use crate::cache::{SharedCache, TempCache};
 use crate::error::Error;
@@ -287,14 +287,16 @@ pub enum Shape {
     Group(Vec<usize>),
 }
 
-/// The parts every UDF operator has: its input, the UDF, how it is called, the
-/// link to the `PrefetchExec` below it, and the plan's bookkeeping.
+/// The parts every UDF operator has: its input, the UDF, how it is called,
+/// whether its input is the `PrefetchExec` that fetches its files, and the
+/// plan's bookkeeping.
 #[derive(Debug)]
 pub struct UdfOperator<U: ?Sized> {
     pub input: Arc<dyn ExecutionPlan>,
     pub udf: Arc<U>,
     pub call: Arc<UdfCall>,
-    pub link: Option<Arc<PrefetchLink>>,
+    /// The input is a `PrefetchExec` whose local copies the calls read.
+    pub prefetched: bool,
     pub schema: SchemaRef,
     pub properties: Arc<datafusion::physical_plan::PlanProperties>,
     pub metrics: ExecutionPlanMetricsSet,
@@ -306,7 +308,7 @@ impl<U: ?Sized> UdfOperator<U> {
         input: Arc<dyn ExecutionPlan>,
         udf: Arc<U>,
         call: Arc<UdfCall>,
-        link: Option<Arc<PrefetchLink>>,
+        prefetched: bool,
         schema: SchemaRef,
         shape: Shape,
     ) -> Self {
@@ -320,7 +322,7 @@ impl<U: ?Sized> UdfOperator<U> {
             input,
             udf,
             call,
-            link,
+            prefetched,
             schema,
             metrics: ExecutionPlanMetricsSet::new(),
             shape,
@@ -333,7 +335,7 @@ impl<U: ?Sized> UdfOperator<U> {
             input,
             Arc::clone(&self.udf),
             Arc::clone(&self.call),
-            self.link.clone(),
+            self.prefetched,
             Arc::clone(&self.schema),
             self.shape.clone(),
         )
@@ -347,9 +349,24 @@ impl<U: ?Sized> UdfOperator<U> {
         partition: usize,
         ctx: &Arc<TaskContext>,
     ) -> DfResult<(SendableRecordBatchStream, Partition<U>, BaselineMetrics)> {
-        let input = self.input.execute(partition, Arc::clone(ctx))?;
-        let temp = self.link.as_ref().and_then(|l| l.temp(partition));
-        let local = self.link.as_ref().and_then(|l| l.local(partition));
+        let (input, handle) = if self.prefetched {
+            let prefetch = self.input.downcast_ref::<PrefetchExec>().ok_or_else(|| {
+                Error::internal(format!(
+                    "UDF {} reads prefetched files but its input is {}, not its PrefetchExec",
+                    self.call.name,
+                    self.input.name()
+                ))
+                .into_df()
+            })?;
+            let (input, handle) = prefetch.execute_with_copies(partition, Arc::clone(ctx))?;
+            (input, Some(handle))
+        } else {
+            (self.input.execute(partition, Arc::clone(ctx))?, None)
+        };
+        let (local, temp) = match handle {
+            Some(h) => (Some(h.local), Some(h.temp)),
+            None => (None, None),
+        };
         let part = Partition {
             source: self.call.file_source(ctx, local.clone())?,
             local,
@@ -843,21 +860,21 @@ mod tests {
                     sorted_input(),
                     Arc::clone(&map),
                     call(ordered),
-                    None,
+                    false,
                     Arc::clone(&appended),
                 )),
                 Arc::new(BatchMapExec::new(
                     sorted_input(),
                     Arc::clone(&batch),
                     call(ordered),
-                    None,
+                    false,
                     Arc::clone(&appended),
                 )),
                 Arc::new(GenerateExec::new(
                     sorted_input(),
                     Arc::clone(&generator),
                     call(ordered),
-                    None,
+                    false,
                     Arc::clone(&appended),
                 )),
             ];
@@ -881,7 +898,7 @@ mod tests {
                 Arc::clone(&agg),
                 call(ordered),
                 vec![(0, "id".to_string())],
-                None,
+                false,
                 out_schema(&["id"]),
             );
             assert_eq!(ordering(&grouped), want, "AggregateExec ordered={ordered}");
@@ -891,7 +908,7 @@ mod tests {
                 Arc::clone(&agg),
                 call(ordered),
                 vec![(1, "key".to_string())],
-                None,
+                false,
                 out_schema(&["key"]),
             );
             assert_eq!(ordering(&by_key), None);

@@ -38,7 +38,6 @@ use super::common::{
     Failure, Partition, Shape, UdfCall, UdfOperator, append_column, null_output, repeat_row,
     slices, unary_exec_boilerplate,
 };
-use super::prefetch::PrefetchLink;
 use crate::runtime::PoolTask;
 use crate::settings::OnError;
 
@@ -52,11 +51,11 @@ impl GenerateExec {
         input: Arc<dyn ExecutionPlan>,
         udf: Arc<dyn Generator>,
         call: Arc<UdfCall>,
-        link: Option<Arc<PrefetchLink>>,
+        prefetched: bool,
         schema: SchemaRef,
     ) -> Self {
         Self {
-            op: UdfOperator::new(input, udf, call, link, schema, Shape::Expand),
+            op: UdfOperator::new(input, udf, call, prefetched, schema, Shape::Expand),
         }
     }
 

@@ -24,7 +24,6 @@ use futures::stream::{self, StreamExt, TryStreamExt};
 use udfchain_udfs::Mapper;
 
 use super::common::{Shape, UdfCall, UdfOperator, slices, unary_exec_boilerplate};
-use super::prefetch::PrefetchLink;
 use crate::settings::OnError;
 
 /// Rows per call when the UDF reads no file.
@@ -40,11 +39,11 @@ impl MapExec {
         input: Arc<dyn ExecutionPlan>,
         udf: Arc<dyn Mapper>,
         call: Arc<UdfCall>,
-        link: Option<Arc<PrefetchLink>>,
+        prefetched: bool,
         schema: SchemaRef,
     ) -> Self {
         Self {
-            op: UdfOperator::new(input, udf, call, link, schema, Shape::Append),
+            op: UdfOperator::new(input, udf, call, prefetched, schema, Shape::Append),
         }
     }
 

@@ -1,5 +1,6 @@
 //! Logical UDF nodes, their physical planning, and the physical operators (one
-//! per file): `MapExec`, `GenerateExec`, `BatchMapExec`, `AggregateExec`.
+//! per file): `MapExec`, `GenerateExec`, `BatchMapExec`, `AggregateExec`, and
+//! `PrefetchExec` (a folder: the node, its stream, its downloads, its window).
 
 mod aggregate;
 mod batch_map;
@@ -17,5 +18,5 @@ pub use generate::GenerateExec;
 pub use map::MapExec;
 pub use node::{UdfKind, UdfNode};
 pub use planner::{UdfPlanner, UdfQueryPlanner};
-pub use prefetch::{PrefetchExec, PrefetchLink};
+pub use prefetch::{PrefetchExec, PrefetchHandle};
 pub use report::{OperatorReport, RunReport};

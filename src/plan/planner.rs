@@ -20,7 +20,7 @@ use super::common::UdfCall;
 use super::generate::GenerateExec;
 use super::map::MapExec;
 use super::node::{UdfKind, UdfNode};
-use super::prefetch::{PrefetchExec, PrefetchLink, PrefetchOptions};
+use super::prefetch::{PrefetchExec, PrefetchOptions};
 use crate::error::Error;
 use crate::settings::Prefetch;
 
@@ -111,7 +111,7 @@ impl ExtensionPlanner for UdfPlanner {
             }
         }
         let prefetch_on = !file_params.is_empty() && s.get_prefetch() != Prefetch::Fixed(0);
-        let (input, link) = if prefetch_on {
+        let input = if prefetch_on {
             // An aggregate needs its input sorted by key; sort before prefetching so
             // the window, not the whole input, is what waits on disk.
             let input = if keys.is_empty() {
@@ -119,7 +119,6 @@ impl ExtensionPlanner for UdfPlanner {
             } else {
                 sort_by_keys(input, &keys)?
             };
-            let link = Arc::new(PrefetchLink::default());
             let options = PrefetchOptions {
                 prefetch: s.get_prefetch(),
                 ordered: s.get_ordered() || !keys.is_empty(),
@@ -131,30 +130,30 @@ impl ExtensionPlanner for UdfPlanner {
                 memory_file_limit: s.get_memory_file_limit(),
                 storage_options: s.get_storage_options().clone(),
             };
-            let exec: Arc<dyn ExecutionPlan> = Arc::new(PrefetchExec::new(
-                input,
-                file_params,
-                options,
-                Arc::clone(&link),
-            ));
-            (exec, Some(link))
+            Arc::new(PrefetchExec::new(input, file_params, options)) as Arc<dyn ExecutionPlan>
         } else {
-            (input, None)
+            input
         };
         let exec: Arc<dyn ExecutionPlan> = match &node.kind {
-            UdfKind::Map(udf) => Arc::new(MapExec::new(input, Arc::clone(udf), call, link, schema)),
+            UdfKind::Map(udf) => Arc::new(MapExec::new(
+                input,
+                Arc::clone(udf),
+                call,
+                prefetch_on,
+                schema,
+            )),
             UdfKind::Gen(udf) => Arc::new(GenerateExec::new(
                 input,
                 Arc::clone(udf),
                 call,
-                link,
+                prefetch_on,
                 schema,
             )),
             UdfKind::BatchMap(udf) => Arc::new(BatchMapExec::new(
                 input,
                 Arc::clone(udf),
                 call,
-                link,
+                prefetch_on,
                 schema,
             )),
             UdfKind::Agg { udf, .. } => Arc::new(AggregateExec::new(
@@ -162,7 +161,7 @@ impl ExtensionPlanner for UdfPlanner {
                 Arc::clone(udf),
                 call,
                 keys,
-                link,
+                prefetch_on,
                 schema,
             )),
         };

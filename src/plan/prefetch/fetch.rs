@@ -1,0 +1,240 @@
+//! The download bookkeeping of one `PrefetchExec` partition ([`Downloads`]):
+//! where each file's local copy goes (memory, the temp dir, or the shared
+//! cache), one download per object at a time, the connection cap across
+//! partitions, and what a failed download does under each `on_error`.
+//!
+//! Guarantees: a row is passed on only when every `File` in it has a complete
+//! local copy (a temp copy, or a pinned shared-cache entry), each holding
+//! exactly one reference for the row, released by the UDF when the row is done;
+//! a row dropped under `skip` releases the copies it took; under `null` the
+//! failed file holds a placeholder and its other files are still fetched.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::error::Result as DfResult;
+use datafusion::physical_plan::metrics::{Count, Gauge, Time};
+use tokio::sync::Semaphore;
+use udfchain_udfs::File;
+
+use super::window::RoundTrip;
+use crate::cache::{SharedCache, TempCache, WindowPins};
+use crate::error::Error;
+use crate::plan::report::SkipList;
+use crate::settings::OnError;
+use crate::storage::source::LocalCopies;
+use crate::storage::{Downloaded, StoreSource, download_bytes, download_to};
+
+pub(super) struct PrefetchMetrics {
+    pub(super) files_fetched: Count,
+    pub(super) bytes_fetched: Count,
+    pub(super) cache_hits: Count,
+    pub(super) retries: Count,
+    pub(super) skipped_files: Count,
+    pub(super) peak_in_flight: Gauge,
+    pub(super) udf_wait: Time,
+}
+
+/// What every download task of one partition shares: the download bookkeeping.
+pub(super) struct Downloads {
+    pub(super) file_cols: Vec<usize>,
+    pub(super) temp: Arc<TempCache>,
+    /// The shared-cache entries of the window's rows, pinned until released.
+    pub(super) pins: Arc<WindowPins>,
+    pub(super) shared: Option<Arc<SharedCache>>,
+    /// `cache = true`: downloads go into `shared`.
+    pub(super) into_cache: bool,
+    /// Otherwise files up to this size are held in memory, larger ones on disk.
+    pub(super) memory_file_limit: u64,
+    pub(super) source: StoreSource,
+    pub(super) connections: Arc<Semaphore>,
+    pub(super) on_error: OnError,
+    pub(super) active: AtomicUsize,
+    /// The parent of the last virtual file fetched, held one extra time so the
+    /// next members of the same shard find it even when the window ran dry
+    /// in between (at most one file beyond the window).
+    pub(super) pinned: Mutex<Option<File>>,
+    /// Per-object locks: one download of an object at a time.
+    pub(super) fetching: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    pub(super) skipped: Arc<SkipList>,
+    pub(super) metrics: PrefetchMetrics,
+    /// The shortest recent time to first byte of a download (for `auto`).
+    pub(super) round_trip: Mutex<RoundTrip>,
+}
+
+impl Downloads {
+    /// Downloads the files of a one-row batch; `None` when the row is skipped.
+    /// A row passed on holds one reference per file in `temp` (under `null`, a
+    /// placeholder for a file whose download failed), which the UDF above
+    /// releases when the row is done; a skipped row releases what it took.
+    pub(super) async fn fetch_row(
+        &self,
+        row: RecordBatch,
+        files: Vec<File>,
+    ) -> DfResult<Option<RecordBatch>> {
+        let mut held: Vec<File> = Vec::with_capacity(files.len());
+        for file in files {
+            match self.fetch_file(&file).await {
+                Ok(_) => {
+                    if file.member().is_some() {
+                        self.pin(file.parent());
+                    }
+                    held.push(file);
+                }
+                Err(e) => match self.on_error {
+                    OnError::Fail => return Err(e.into_df()),
+                    OnError::Skip => {
+                        for f in &held {
+                            self.temp.release(f);
+                        }
+                        self.metrics.skipped_files.add(1);
+                        self.skipped.push(file.url());
+                        return Ok(None);
+                    }
+                    OnError::Null => self.temp.hold_missing(&file),
+                },
+            }
+        }
+        Ok(Some(row))
+    }
+
+    /// Holds `parent` one extra time, releasing the previously pinned parent.
+    fn pin(&self, parent: File) {
+        let mut pinned = self.pinned.lock().unwrap_or_else(|p| p.into_inner());
+        if pinned
+            .as_ref()
+            .is_some_and(|p| p.path == parent.path && p.source == parent.source)
+        {
+            return;
+        }
+        if (self.temp.acquire(&parent) || self.pins.acquire(&parent))
+            && let Some(old) = pinned.replace(parent)
+        {
+            self.pins.release(&old);
+        }
+    }
+
+    /// Drops the extra hold of the pinned parent.
+    pub(super) fn unpin(&self) {
+        let old = self.pinned.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(old) = old {
+            self.temp.release(&old);
+        }
+    }
+
+    /// Makes a local copy of `file` (of its parent, for a virtual file) and
+    /// counts one more row using it; true if it was downloaded (not already held).
+    /// One download per object at a time: rows sharing a parent wait for the
+    /// first download instead of starting their own.
+    async fn fetch_file(&self, file: &File) -> Result<bool, Error> {
+        let file = &file.parent();
+        let key = format!("{}\u{0}{}", file.source, file.path);
+        let lock = Arc::clone(
+            self.fetching
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .entry(key.clone())
+                .or_default(),
+        );
+        let result = {
+            let _one = lock.lock().await;
+            self.fetch_locked(file).await
+        };
+        let mut fetching = self.fetching.lock().unwrap_or_else(|p| p.into_inner());
+        if Arc::strong_count(&lock) == 2 {
+            fetching.remove(&key);
+        }
+        result
+    }
+
+    async fn fetch_locked(&self, file: &File) -> Result<bool, Error> {
+        if self.temp.acquire(file) || self.pins.acquire(file) {
+            self.metrics.cache_hits.add(1);
+            return Ok(false);
+        }
+        if let Some(pin) = self.shared.as_ref().and_then(|c| c.pin(file)) {
+            self.pins.hold(file, pin);
+            self.metrics.cache_hits.add(1);
+            return Ok(false);
+        }
+        match (&self.shared, self.into_cache) {
+            (Some(cache), true) => {
+                let (pin, downloaded) = cache
+                    .get_or_fetch(file, |tmp| async move { self.download(file, &tmp).await })
+                    .await?;
+                self.pins.hold(file, pin);
+                if !downloaded {
+                    self.metrics.cache_hits.add(1);
+                }
+                Ok(downloaded)
+            }
+            _ if file.size <= self.memory_file_limit => {
+                let bytes = self.download_bytes(file).await?;
+                self.temp.insert_bytes(file, bytes);
+                Ok(true)
+            }
+            _ => {
+                let dest = self.temp.new_path(file);
+                match self.download(file, &dest).await {
+                    Ok(()) => {
+                        self.temp.insert(file, dest);
+                        Ok(true)
+                    }
+                    Err(e) => {
+                        let _ = tokio::fs::remove_file(&dest).await;
+                        Err(e)
+                    }
+                }
+            }
+        }
+    }
+
+    /// Downloads `file` to `dest` within the connection cap, counting it.
+    async fn download(&self, file: &File, dest: &std::path::Path) -> Result<(), Error> {
+        self.counted(file, |store, path, url| async move {
+            let d = download_to(&store, &path, file.size, dest, &url).await?;
+            Ok(((), d))
+        })
+        .await
+    }
+
+    /// Downloads `file` into memory within the connection cap, counting it.
+    async fn download_bytes(&self, file: &File) -> Result<bytes::Bytes, Error> {
+        self.counted(file, |store, path, url| async move {
+            download_bytes(&store, &path, file.size, &url).await
+        })
+        .await
+    }
+
+    /// Runs one download of `file` within the connection cap and counts it.
+    async fn counted<T, F, Fut>(&self, file: &File, run: F) -> Result<T, Error>
+    where
+        F: FnOnce(Arc<dyn object_store::ObjectStore>, object_store::path::Path, String) -> Fut,
+        Fut: Future<Output = Result<(T, Downloaded), Error>>,
+    {
+        let (store, path) = self.source.resolve(file).map_err(|e| Error::Storage {
+            url: file.url(),
+            source: Arc::new(e),
+        })?;
+        let _slot = self
+            .connections
+            .acquire()
+            .await
+            .map_err(|e| Error::internal(format!("connection slots: {e}")))?;
+        let now = self.active.fetch_add(1, Ordering::SeqCst) + 1;
+        self.metrics.peak_in_flight.set_max(now);
+        let result = run(store, path, file.url()).await;
+        self.active.fetch_sub(1, Ordering::SeqCst);
+        let (value, d) = result?;
+        self.round_trip
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .observe(d.first_byte);
+        self.metrics.files_fetched.add(1);
+        self.metrics.bytes_fetched.add(d.bytes as usize);
+        self.metrics.retries.add(d.retries as usize);
+        Ok(value)
+    }
+}

@@ -1,0 +1,250 @@
+//! `PrefetchExec`: while a UDF works on one row, the files of the next rows are
+//! downloading. This file holds the plan node and the hand-off to the UDF
+//! operator above; `stream.rs` the window, `fetch.rs` the download bookkeeping,
+//! `window.rs` the `prefetch = auto` policy.
+//!
+//! Guarantees (per partition unless said otherwise):
+//! - at most `prefetch` rows are downloading or downloaded-but-not-yet-taken,
+//!   and at most `max_connections` downloads run across all partitions;
+//! - the bytes of those rows' files are charged to DataFusion's memory pool:
+//!   when the pool refuses, no new download starts until a row is taken (one
+//!   row always proceeds, so a tiny pool slows the run but never stalls it);
+//! - a row is emitted only when every `File` in it has a complete local copy
+//!   (a temp file, or a shared-cache entry, pinned so that no pruning removes
+//!   it until the row is released); the UDF's `File` reads then go to that copy;
+//! - `ordered = true` emits rows in input order; `false` in completion order,
+//!   so one slow object does not hold back the rest;
+//! - every download is a task aborted when the stream is dropped; the temp dir
+//!   (see `TempCache`) goes away with the stream;
+//! - a download that fails after retries fails the query naming the file
+//!   (`on_error = fail`), drops the row, releasing the copies it took, and
+//!   records the file (`skip`), or passes the row on without a copy of that
+//!   file (its other files are still fetched) so the UDF's own read fails into
+//!   a null (`null`); each file of a row
+//!   passed on holds exactly one reference in the temp cache, released by the
+//!   UDF when the row is done.
+//! - `prefetch = auto` sizes the window by Little's law, within 1..=max_connections:
+//!   eight times the rows the UDF takes per round trip (the shortest recent time
+//!   to first byte; the larger of the last round trip's count and the mean of
+//!   the last four), shrinking by at most one per row taken. While downloads are
+//!   the bottleneck every row of a round trip is taken, so the window grows
+//!   eightfold per round trip up to the cap; when the UDF, the bandwidth or the
+//!   server is the bottleneck, the rows taken per round trip stop growing and the
+//!   window settles at eight times what the UDF consumes per round trip.
+//! - the UDF operator above gets this partition's local copies as a
+//!   [`PrefetchHandle`] returned with the stream by
+//!   [`PrefetchExec::execute_with_copies`]: no lookup by partition number, and
+//!   a UDF operator whose input is not its `PrefetchExec` fails with an internal
+//!   error instead of silently downloading every file again.
+
+mod fetch;
+mod stream;
+mod window;
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex};
+
+use datafusion::error::Result as DfResult;
+use datafusion::execution::memory_pool::MemoryConsumer;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::EquivalenceProperties;
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
+use tokio::sync::Semaphore;
+
+use super::common::unary_exec_boilerplate;
+use super::report::SkipList;
+use crate::cache::{SharedCache, TempCache, WindowPins};
+use crate::error::Error;
+use crate::settings::{OnError, Prefetch};
+use crate::storage::StoreSource;
+use crate::storage::source::LocalCopies;
+use fetch::{Downloads, PrefetchMetrics};
+use stream::{PrefetchStream, Queue};
+use window::AutoWindow;
+
+/// What one partition of a `PrefetchExec` hands to the UDF operator above it,
+/// together with its stream.
+#[derive(Clone)]
+pub struct PrefetchHandle {
+    /// Serves the UDF's reads of the prefetched files (the window's pinned
+    /// shared-cache entries in front of its temp cache) and takes the releases.
+    pub local: Arc<dyn LocalCopies>,
+    /// The temp cache itself, for the end-of-run check that no copy is left.
+    pub temp: Arc<TempCache>,
+}
+
+/// How a `PrefetchExec` is configured.
+#[derive(Debug, Clone)]
+pub struct PrefetchOptions {
+    pub prefetch: Prefetch,
+    pub ordered: bool,
+    pub max_connections: usize,
+    pub on_error: OnError,
+    pub root: PathBuf,
+    /// Download into the shared cache (`cache = true`) instead of a temp dir.
+    pub cache: bool,
+    pub cache_limit: Option<u64>,
+    /// Files up to this size are held in memory (`cache = false` only).
+    pub memory_file_limit: u64,
+    pub storage_options: std::collections::BTreeMap<String, String>,
+}
+
+#[derive(Debug)]
+pub struct PrefetchExec {
+    input: Arc<dyn ExecutionPlan>,
+    file_cols: Vec<usize>,
+    options: PrefetchOptions,
+    connections: Arc<Semaphore>,
+    skipped: Arc<SkipList>,
+    properties: Arc<PlanProperties>,
+    metrics: ExecutionPlanMetricsSet,
+}
+
+impl PrefetchExec {
+    pub fn new(
+        input: Arc<dyn ExecutionPlan>,
+        file_cols: Vec<usize>,
+        options: PrefetchOptions,
+    ) -> Self {
+        let mut properties = PlanProperties::clone(input.properties());
+        if !options.ordered {
+            properties = properties.with_eq_properties(EquivalenceProperties::new(input.schema()));
+        }
+        Self {
+            connections: Arc::new(Semaphore::new(options.max_connections.max(1))),
+            input,
+            file_cols,
+            options,
+            skipped: Arc::default(),
+            properties: Arc::new(properties),
+            metrics: ExecutionPlanMetricsSet::new(),
+        }
+    }
+
+    fn with_input(&self, input: Arc<dyn ExecutionPlan>) -> Self {
+        Self::new(input, self.file_cols.clone(), self.options.clone())
+    }
+
+    /// URLs of the files dropped under `on_error = skip` (bounded).
+    pub(crate) fn skip_list(&self) -> &SkipList {
+        &self.skipped
+    }
+
+    /// Executes `partition` and returns its stream with the handle to the local
+    /// copies its rows' files will have when they are emitted.
+    pub fn execute_with_copies(
+        &self,
+        partition: usize,
+        ctx: Arc<TaskContext>,
+    ) -> DfResult<(SendableRecordBatchStream, PrefetchHandle)> {
+        let input = self.input.execute(partition, Arc::clone(&ctx))?;
+        // The shared cache serves files it holds even with `cache = false`.
+        let cache_dir = self.options.root.join("cache");
+        let shared = if self.options.cache || cache_dir.is_dir() {
+            Some(SharedCache::open(&cache_dir, self.options.cache_limit).map_err(Error::into_df)?)
+        } else {
+            None
+        };
+        let fallback = shared.clone().map(|s| s as Arc<dyn LocalCopies>);
+        let temp = TempCache::create(&self.options.root, fallback).map_err(Error::into_df)?;
+        let pins = WindowPins::new(Arc::clone(&temp) as _);
+        let handle = PrefetchHandle {
+            local: Arc::clone(&pins) as _,
+            temp: Arc::clone(&temp),
+        };
+        let m = |name: &'static str| MetricBuilder::new(&self.metrics).counter(name, partition);
+        let metrics = PrefetchMetrics {
+            files_fetched: m("files_fetched"),
+            bytes_fetched: m("bytes_fetched"),
+            cache_hits: m("cache_hits"),
+            retries: m("retries"),
+            skipped_files: m("skipped_files"),
+            peak_in_flight: MetricBuilder::new(&self.metrics).gauge("peak_in_flight", partition),
+            udf_wait: MetricBuilder::new(&self.metrics).subset_time("udf_wait", partition),
+        };
+        let (window, auto) = match self.options.prefetch {
+            Prefetch::Fixed(n) => (n.max(1), None),
+            Prefetch::Auto => {
+                let auto = AutoWindow::new(self.options.max_connections);
+                (auto.initial(), Some(auto))
+            }
+        };
+        let state = PrefetchStream {
+            input,
+            input_done: false,
+            rows: Default::default(),
+            queue: Queue::new(self.options.ordered),
+            window,
+            auto,
+            reservation: MemoryConsumer::new(format!("PrefetchExec[{partition}]"))
+                .register(ctx.memory_pool()),
+            shared: Arc::new(Downloads {
+                file_cols: self.file_cols.clone(),
+                temp,
+                pins,
+                shared,
+                into_cache: self.options.cache,
+                memory_file_limit: self.options.memory_file_limit,
+                source: StoreSource::new(
+                    ctx.runtime_env(),
+                    self.options.storage_options.clone(),
+                    None,
+                ),
+                connections: Arc::clone(&self.connections),
+                on_error: self.options.on_error,
+                active: AtomicUsize::new(0),
+                fetching: Mutex::default(),
+                pinned: Mutex::default(),
+                skipped: Arc::clone(&self.skipped),
+                metrics,
+                round_trip: Mutex::default(),
+            }),
+        };
+        let schema = self.input.schema();
+        let stream = futures::stream::unfold(state, |mut s| async move {
+            let next = s.next().await?;
+            Some((next, s))
+        });
+        Ok((
+            Box::pin(RecordBatchStreamAdapter::new(schema, stream)),
+            handle,
+        ))
+    }
+}
+
+impl DisplayAs for PrefetchExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        let prefetch = match self.options.prefetch {
+            Prefetch::Fixed(n) => n.to_string(),
+            Prefetch::Auto => "auto".to_string(),
+        };
+        write!(
+            f,
+            "PrefetchExec: prefetch={prefetch}, ordered={}, max_connections={}, cache={}",
+            self.options.ordered, self.options.max_connections, self.options.cache
+        )
+    }
+}
+
+impl ExecutionPlan for PrefetchExec {
+    unary_exec_boilerplate!("PrefetchExec");
+
+    fn maintains_input_order(&self) -> Vec<bool> {
+        vec![self.options.ordered]
+    }
+
+    /// The stream alone: its local copies live as long as it does. A UDF
+    /// operator calls [`PrefetchExec::execute_with_copies`] instead.
+    fn execute(
+        &self,
+        partition: usize,
+        ctx: Arc<TaskContext>,
+    ) -> DfResult<SendableRecordBatchStream> {
+        self.execute_with_copies(partition, ctx)
+            .map(|(stream, _)| stream)
+    }
+}
