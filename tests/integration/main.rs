@@ -8,6 +8,7 @@ mod cli;
 mod datasets;
 mod errors;
 mod execution;
+mod keys;
 mod prefetch;
 mod relational;
 mod scripts;
