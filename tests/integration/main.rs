@@ -14,4 +14,5 @@ mod relational;
 mod scripts;
 mod shared_cache;
 mod sources;
+mod storage_faults;
 mod udf_kinds;

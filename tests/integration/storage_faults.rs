@@ -1,0 +1,287 @@
+//! Storage under change and failure, against real peers: an object rewritten
+//! after it was listed is named (or skipped), never read as a mix of two
+//! versions; the S3 server stopped and restarted mid-run changes no row; the
+//! CLI reaches an `http://` endpoint without `allow_http`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use serde::Deserialize;
+use tokio::io::AsyncReadExt;
+use udfchain::{File, OnError, Session, Settings, col};
+
+use crate::support::{ACCESS_KEY, S3Server, SECRET_KEY, content, write_files};
+
+/// Replaces the file at `path` by one of the same size with other bytes,
+/// written at `tmp` and renamed over it (as a PUT makes a new object: a new
+/// ETag on S3, a new inode for the local store).
+fn rewrite(path: &Path, tmp: &Path) {
+    let old = std::fs::read(path).expect("read the object");
+    let new: Vec<u8> = old.iter().map(|b| b.wrapping_add(1)).collect();
+    std::fs::write(tmp, new).expect("write the new version");
+    std::fs::rename(tmp, path).expect("replace the object");
+}
+
+/// Lists `uri`, then (in a first UDF, prefetch 0) rewrites `d1/f0004.bin`
+/// below `dir`, then reads every file in a second UDF with prefetch.
+fn rewrite_then_read(
+    session: &Arc<Session>,
+    uri: &str,
+    dir: &Path,
+    policy: OnError,
+) -> udfchain::Chain {
+    let (dir, tmp) = (dir.to_path_buf(), dir.with_extension("rewrite-tmp"));
+    session
+        .from_storage(uri)
+        .settings(Settings::new().prefetch(0))
+        .map("kept", move |f: File| {
+            let (dir, tmp) = (dir.clone(), tmp.clone());
+            async move {
+                if f.path == "d1/f0004.bin" {
+                    rewrite(&dir.join(&f.path), &tmp);
+                }
+                Ok::<bool, std::io::Error>(true)
+            }
+        })
+        .settings(Settings::new().prefetch(4).on_error(policy))
+        .map("sum", |f: File| async move {
+            f.read()
+                .await
+                .map(|b| b.iter().map(|&x| x as u64).sum::<u64>())
+        })
+}
+
+/// An object rewritten between its listing and its download (on the S3
+/// server, honouring `If-Match` as S3 does, and on a local dir): `skip` drops
+/// exactly that file without retrying the 412; `fail` names it and says it
+/// changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_rewritten_after_listing_is_skipped_or_named() {
+    let s3 = S3Server::start();
+    let local = tempfile::tempdir().expect("tempdir");
+    let local_dir = local.path().join("data");
+    let cases: [(Arc<Session>, String, PathBuf); 2] = [
+        (s3.session(), "s3://bucket".into(), s3.bucket_dir()),
+        (
+            Session::new(),
+            local_dir.display().to_string(),
+            local_dir.clone(),
+        ),
+    ];
+    for (session, uri, dir) in &cases {
+        write_files(dir, 6, |i| 100 + i);
+        let (batches, report) = rewrite_then_read(session, uri, dir, OnError::Skip)
+            .collect_with_report()
+            .await
+            .unwrap_or_else(|e| panic!("{uri}: skip: {e}"));
+        assert_eq!(
+            batches.iter().map(|b| b.num_rows()).sum::<usize>(),
+            5,
+            "{uri}"
+        );
+        assert_eq!(report.skipped.len(), 1, "{uri}: {:?}", report.skipped);
+        assert!(
+            report.skipped[0].ends_with("/d1/f0004.bin"),
+            "{uri}: {:?}",
+            report.skipped
+        );
+        assert_eq!(
+            report.metric("PrefetchExec", "retries"),
+            0,
+            "{uri}: a changed object is not retried"
+        );
+
+        write_files(dir, 6, |i| 100 + i);
+        let err = rewrite_then_read(session, uri, dir, OnError::Fail)
+            .count()
+            .await
+            .expect_err("fail");
+        let msg = err.to_string();
+        assert!(
+            msg.contains("/d1/f0004.bin") && msg.contains("changed since it was listed"),
+            "{uri}: {msg}"
+        );
+    }
+}
+
+/// A rewrite between two range reads of one `File::open` reader (no
+/// prefetch: the reader fetches 64 KiB, then the rest) is an error naming the
+/// file, never the first bytes of one version and the rest of another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_reader_never_mixes_two_versions() {
+    let s3 = S3Server::start();
+    let bucket = s3.bucket_dir();
+    std::fs::write(bucket.join("big.bin"), content(7, 300 << 10)).expect("write");
+    let tmp = s3.root_dir().join("big.tmp");
+    let err = s3
+        .session()
+        .from_storage("s3://bucket")
+        .settings(Settings::new().prefetch(0))
+        .map("all", move |f: File| {
+            let (path, tmp) = (bucket.join(&f.path), tmp.clone());
+            async move {
+                let mut reader = f.open().await.map_err(std::io::Error::other)?;
+                let mut bytes = vec![0u8; 1024];
+                reader.read_exact(&mut bytes).await?;
+                rewrite(&path, &tmp);
+                reader.read_to_end(&mut bytes).await?;
+                Ok::<_, std::io::Error>(bytes)
+            }
+        })
+        .count()
+        .await
+        .expect_err("a reader of a rewritten object fails");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("s3://bucket/big.bin") && msg.contains("changed since it was listed"),
+        "{msg}"
+    );
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+struct SumRow {
+    path: String,
+    sum: u64,
+}
+
+/// Rows `(path, byte sum)` of every file under `s3://bucket`, read with
+/// `prefetch`; `hook` runs before each read.
+async fn sums(
+    session: &Arc<Session>,
+    prefetch: usize,
+    hook: impl Fn() + Send + Sync + 'static,
+) -> Vec<SumRow> {
+    let hook = Arc::new(hook);
+    let mut rows: Vec<SumRow> = session
+        .from_storage("s3://bucket")
+        .settings(Settings::new().prefetch(prefetch).parallel(2))
+        .map("sum", move |f: File| {
+            let hook = Arc::clone(&hook);
+            async move {
+                hook();
+                f.read()
+                    .await
+                    .map(|b| b.iter().map(|&x| x as u64).sum::<u64>())
+            }
+        })
+        .select([col("file.path").alias("path"), col("sum")])
+        .to_rows()
+        .await
+        .unwrap_or_else(|e| panic!("prefetch {prefetch}: {e}"));
+    rows.sort();
+    rows
+}
+
+/// The S3 server stopped after some rows (connections and downloads in
+/// flight cut, new connections refused) and started again on the same
+/// address about 1 s later: the retries finish the run, and its rows equal a
+/// clean run's. With prefetch (downloads resumed and retried) and without
+/// (reads through the store).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_s3_server_restarted_mid_run_changes_no_row() {
+    const N: usize = 300;
+    let s3 = Arc::new(S3Server::start());
+    write_files(&s3.bucket_dir(), N, |i| 20_000 + i * 7);
+    let session = s3.session();
+    let started = std::time::Instant::now();
+    let clean = sums(&session, 8, || {}).await;
+    eprintln!("clean run took {:?}", started.elapsed());
+    assert_eq!(clean.len(), N);
+    for prefetch in [8, 0] {
+        let seen = Arc::new(AtomicUsize::new(0));
+        let restarter = Arc::new(std::sync::Mutex::new(None));
+        let hook = {
+            let (s3, seen, restarter) =
+                (Arc::clone(&s3), Arc::clone(&seen), Arc::clone(&restarter));
+            move || {
+                if seen.fetch_add(1, Ordering::SeqCst) == 60 {
+                    s3.stop();
+                    let addr = s3.endpoint.trim_start_matches("http://");
+                    assert!(
+                        std::net::TcpStream::connect(addr).is_err(),
+                        "stopped: connections are refused"
+                    );
+                    let s3 = Arc::clone(&s3);
+                    let handle = std::thread::spawn(move || {
+                        std::thread::sleep(Duration::from_secs(1));
+                        s3.restart();
+                    });
+                    *restarter.lock().expect("lock") = Some(handle);
+                }
+            }
+        };
+        let started = std::time::Instant::now();
+        let got = sums(&session, prefetch, hook).await;
+        eprintln!(
+            "prefetch {prefetch}: run with a restart took {:?}",
+            started.elapsed()
+        );
+        let handle = restarter.lock().expect("lock").take();
+        handle
+            .expect("the server was stopped")
+            .join()
+            .expect("restart");
+        assert_eq!(got, clean, "prefetch {prefetch}");
+    }
+}
+
+/// `--set storage.endpoint=http://...` without `allow_http`: the CLI lists and
+/// reads the loopback S3 server (plain HTTP is allowed because the user gave an
+/// http:// endpoint); with `allow_http=false` it says which setting to change.
+#[test]
+fn the_cli_reaches_an_http_endpoint_without_allow_http() {
+    let s3 = S3Server::start();
+    write_files(&s3.bucket_dir(), 3, |i| 10 + i);
+    let root = tempfile::tempdir().expect("root");
+    let run = |extra: &[&str]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_udfchain"));
+        cmd.arg("--root").arg(root.path());
+        for (k, _) in std::env::vars() {
+            if k.starts_with("AWS_") {
+                cmd.env_remove(k);
+            }
+        }
+        cmd.env("AWS_METADATA_ENDPOINT", "http://127.0.0.1:1");
+        let settings = [
+            format!("storage.endpoint={}", s3.endpoint),
+            format!("storage.access_key_id={ACCESS_KEY}"),
+            format!("storage.secret_access_key={SECRET_KEY}"),
+            "storage.region=us-east-1".to_string(),
+            "storage.virtual_hosted_style_request=false".to_string(),
+        ];
+        for s in &settings {
+            cmd.args(["--set", s]);
+        }
+        cmd.args(extra);
+        cmd.args([
+            "query",
+            "SELECT file.path AS path, file_size(file) AS size, sha256(file) AS sha \
+             FROM read_storage('s3://bucket') ORDER BY path",
+            "--format",
+            "csv",
+        ]);
+        cmd.output().expect("run udfchain")
+    };
+    let out = run(&[]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "stdout: {stdout}\nstderr: {stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 4, "{stdout}");
+    for (i, line) in lines[1..].iter().enumerate() {
+        let want = format!("d{}/f{i:04}.bin,{},", i % 3, 10 + i);
+        assert!(line.starts_with(&want), "{line} vs {want}");
+        assert_eq!(line.len(), want.len() + 64, "a sha256: {line}");
+    }
+
+    let out = run(&["--set", "storage.allow_http=false"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("storage.allow_http=true") && !stderr.contains("builder error"),
+        "{stderr}"
+    );
+}
