@@ -13,7 +13,7 @@ use serde::Deserialize;
 use tokio::io::AsyncReadExt;
 use udfchain::{File, OnError, Session, Settings, col};
 
-use crate::support::{ACCESS_KEY, S3Server, SECRET_KEY, content, write_files};
+use crate::support::{ACCESS_KEY, Fault, FaultyStore, S3Server, SECRET_KEY, content, write_files};
 
 /// Replaces the file at `path` by one of the same size with other bytes,
 /// written at `tmp` and renamed over it (as a PUT makes a new object: a new
@@ -139,6 +139,87 @@ async fn one_reader_never_mixes_two_versions() {
         msg.contains("s3://bucket/big.bin") && msg.contains("changed since it was listed"),
         "{msg}"
     );
+}
+
+/// A download whose body breaks off mid-way, and whose object is rewritten
+/// before the resumed range is requested: the resume asks `If-Match` the
+/// listed ETag and gets 412, so the file fails ("changed since it was
+/// listed") instead of being the first half of one version and the second
+/// half of another; the other files are intact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_download_never_splices_two_versions() {
+    let s3 = S3Server::start();
+    let bucket = s3.bucket_dir();
+    write_files(&bucket, 4, |i| 40_000 + i);
+    let inner: Arc<dyn object_store::ObjectStore> = Arc::new(
+        object_store::aws::AmazonS3Builder::new()
+            .with_endpoint(&s3.endpoint)
+            .with_allow_http(true)
+            .with_bucket_name(crate::support::BUCKET)
+            .with_access_key_id(ACCESS_KEY)
+            .with_secret_access_key(SECRET_KEY)
+            .with_region("us-east-1")
+            .with_virtual_hosted_style_request(false)
+            .build()
+            .expect("s3 store"),
+    );
+    let tmp = s3.root_dir().join("splice.tmp");
+    let victim = bucket.join("d1/f0001.bin");
+    let victim_gets = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&victim_gets);
+    let store = FaultyStore::new(
+        inner,
+        |_| Duration::ZERO,
+        move |key, attempt| match (key, attempt) {
+            ("d1/f0001.bin", _) if counted.fetch_add(1, Ordering::SeqCst) > 1 => Fault::None,
+            ("d1/f0001.bin", 0) => Fault::MidBody,
+            ("d1/f0001.bin", 1) => {
+                rewrite(&victim, &tmp);
+                Fault::None
+            }
+            _ => Fault::None,
+        },
+    );
+    let session = s3.session();
+    session
+        .register_store("s3://bucket", store as _)
+        .expect("register");
+    let (batches, report) = session
+        .from_storage("s3://bucket")
+        .settings(Settings::new().prefetch(2).on_error(OnError::Skip))
+        .map("sum", |f: File| async move {
+            f.read()
+                .await
+                .map(|b| b.iter().map(|&x| x as u64).sum::<u64>())
+        })
+        .select([col("file.path").alias("path"), col("sum")])
+        .collect_with_report()
+        .await
+        .expect("run");
+    assert_eq!(report.skipped, vec!["s3://bucket/d1/f0001.bin".to_string()]);
+    assert_eq!(
+        victim_gets.load(Ordering::SeqCst),
+        2,
+        "the broken body was resumed once, the 412 not retried"
+    );
+    let rows: Vec<SumRow> = batches
+        .iter()
+        .flat_map(|b| {
+            let params = ["path".to_string(), "sum".to_string()];
+            udfchain::udfs::decode_rows::<SumRow>(b, &params).expect("rows")
+        })
+        .collect();
+    let mut got: Vec<(String, u64)> = rows.into_iter().map(|r| (r.path, r.sum)).collect();
+    got.sort();
+    let mut want: Vec<(String, u64)> = [0usize, 2, 3]
+        .iter()
+        .map(|&i| {
+            let sum = content(i, 40_000 + i).iter().map(|&x| x as u64).sum();
+            (format!("d{}/f{i:04}.bin", i % 3), sum)
+        })
+        .collect();
+    want.sort();
+    assert_eq!(got, want);
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
