@@ -107,6 +107,47 @@ async fn an_object_rewritten_after_listing_is_skipped_or_named() {
     }
 }
 
+/// Without prefetch a UDF's whole-file read goes to the store (or, with
+/// `cache = true`, through the shared cache's read-through download): both
+/// ask for the listed ETag, so an object rewritten after listing fails the
+/// read, naming the file, instead of returning the new bytes for the old
+/// listing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_without_prefetch_are_pinned_to_the_listing() {
+    let s3 = S3Server::start();
+    let bucket = s3.bucket_dir();
+    for cache in [false, true] {
+        write_files(&bucket, 6, |i| 100 + i);
+        let root = tempfile::tempdir().expect("root");
+        let session = Session::with_settings(s3.settings().root(root.path()));
+        let (dir, tmp) = (bucket.clone(), s3.root_dir().join("pinned.tmp"));
+        let err = session
+            .from_storage("s3://bucket")
+            .settings(Settings::new().prefetch(0))
+            .map("kept", move |f: File| {
+                let (dir, tmp) = (dir.clone(), tmp.clone());
+                async move {
+                    if f.path == "d1/f0004.bin" {
+                        rewrite(&dir.join(&f.path), &tmp);
+                    }
+                    Ok::<bool, std::io::Error>(true)
+                }
+            })
+            .settings(Settings::new().prefetch(0).cache(cache))
+            .map("len", |f: File| async move {
+                f.read().await.map(|b| b.len() as u64)
+            })
+            .count()
+            .await
+            .expect_err("the rewritten file fails");
+        let msg = err.to_string();
+        assert!(
+            msg.contains("s3://bucket/d1/f0004.bin") && msg.contains("changed since it was listed"),
+            "cache {cache}: {msg}"
+        );
+    }
+}
+
 /// A rewrite between two range reads of one `File::open` reader (no
 /// prefetch: the reader fetches 64 KiB, then the rest) is an error naming the
 /// file, never the first bytes of one version and the rest of another.
