@@ -4,7 +4,14 @@
 //! `gs://`, `az://`/`abfs://` or `http(s)://`. Stores are kept in DataFusion's
 //! object store registry keyed by scheme and host; one not registered yet is opened
 //! from the `AWS_*`/`GOOGLE_*`/`AZURE_*` environment plus the chain's
-//! `storage_option`s, so any S3-compatible server works.
+//! `storage_option`s, so any S3-compatible server works; an `http://`
+//! endpoint the user gives allows plain HTTP unless they set `allow_http`.
+//!
+//! Keys round-trip: a listed file's `source` is `scheme://host/` plus the
+//! prefix verbatim and its `path` the rest of the key verbatim;
+//! [`Location::of_source`] and [`Location::child`] turn them back into the
+//! exact key (no percent-encoding or decoding), whatever it holds (`% # ? [ ]
+//! { } +`, spaces, non-ASCII, `..x`).
 //!
 //! [`FileSource`]: udfchain_udfs::FileSource
 
@@ -86,6 +93,13 @@ impl Location {
             && url.host_str().unwrap_or("").is_empty()
         {
             return Err(invalid("missing bucket or container name"));
+        }
+        // Dropping them would list another prefix than the one written.
+        if url.query().is_some() || url.fragment().is_some() {
+            return Err(invalid(
+                "'?' and '#' in a URI start a query or fragment: write them as %3F and %23 \
+                 (or give a local path)",
+            ));
         }
         let prefix = Path::from_url_path(url.path()).map_err(|e| invalid(&e.to_string()))?;
         let mut store_url = url.clone();
@@ -313,6 +327,10 @@ mod tests {
     fn parse_decodes_a_url_and_keeps_a_local_path() {
         let loc = Location::parse("s3://bucket/a%20b%23c").expect("parse");
         assert_eq!(loc.prefix.as_ref(), "a b#c");
+        for uri in ["s3://bucket/a#b", "s3://bucket/a?b", "memory://m/x#"] {
+            let err = Location::parse(uri).expect_err(uri);
+            assert!(err.to_string().contains("%23"), "{err}");
+        }
         let dir = tempfile::tempdir().expect("tempdir");
         let odd = dir.path().join("x#%y é");
         std::fs::create_dir(&odd).expect("mkdir");

@@ -1,7 +1,9 @@
 //! Test fixtures: a real S3 server (s3s + s3s-fs, GET served by [`FastGetFs`])
 //! on 127.0.0.1 (optionally with an added latency per request and a bandwidth
-//! cap, counting what it serves), a request-counting object store wrapper, and
-//! deterministic data. Also compiled into `benches/workloads.rs`.
+//! cap, counting what it serves; ETags in listings and `If-Match` answered as
+//! S3 does; can be stopped and restarted on the same address), a
+//! request-counting object store wrapper, and deterministic data. Also
+//! compiled into `benches/workloads.rs`.
 
 use std::collections::HashMap;
 use std::fmt;
