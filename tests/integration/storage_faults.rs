@@ -189,6 +189,17 @@ async fn one_reader_never_mixes_two_versions() {
 /// half of another; the other files are intact.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resumed_download_never_splices_two_versions() {
+    resumed_download_case(false).await;
+}
+
+/// The same when the listing carries no ETag: the download pins the ETag of
+/// its first response, so the resume still asks `If-Match` and gets 412.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_download_of_a_file_listed_without_etag_never_splices() {
+    resumed_download_case(true).await;
+}
+
+async fn resumed_download_case(hide_list_etags: bool) {
     let s3 = S3Server::start();
     let bucket = s3.bucket_dir();
     write_files(&bucket, 4, |i| 40_000 + i);
@@ -208,19 +219,20 @@ async fn a_resumed_download_never_splices_two_versions() {
     let victim = bucket.join("d1/f0001.bin");
     let victim_gets = Arc::new(AtomicUsize::new(0));
     let counted = Arc::clone(&victim_gets);
-    let store = FaultyStore::new(
-        inner,
-        |_| Duration::ZERO,
-        move |key, attempt| match (key, attempt) {
-            ("d1/f0001.bin", _) if counted.fetch_add(1, Ordering::SeqCst) > 1 => Fault::None,
-            ("d1/f0001.bin", 0) => Fault::MidBody,
-            ("d1/f0001.bin", 1) => {
-                rewrite(&victim, &tmp);
-                Fault::None
-            }
-            _ => Fault::None,
-        },
-    );
+    let fault = move |key: &str, attempt: usize| match (key, attempt) {
+        ("d1/f0001.bin", _) if counted.fetch_add(1, Ordering::SeqCst) > 1 => Fault::None,
+        ("d1/f0001.bin", 0) => Fault::MidBody,
+        ("d1/f0001.bin", 1) => {
+            rewrite(&victim, &tmp);
+            Fault::None
+        }
+        _ => Fault::None,
+    };
+    let store = if hide_list_etags {
+        FaultyStore::hiding_list_etags(inner, |_| Duration::ZERO, fault)
+    } else {
+        FaultyStore::new(inner, |_| Duration::ZERO, fault)
+    };
     let session = s3.session();
     session
         .register_store("s3://bucket", store as _)

@@ -833,6 +833,8 @@ pub struct FaultyStore {
     delay: Box<DelayFn>,
     fault: Box<FaultFn>,
     attempts: Mutex<std::collections::HashMap<String, usize>>,
+    /// Listings carry no ETag or version (as some stores' do not).
+    hide_list_etags: bool,
 }
 
 type DelayFn = dyn Fn(&str) -> std::time::Duration + Send + Sync;
@@ -859,8 +861,27 @@ impl FaultyStore {
             delay: Box::new(delay),
             fault: Box::new(fault),
             attempts: Mutex::new(Default::default()),
+            hide_list_etags: false,
         })
     }
+
+    /// Like [`FaultyStore::new`], and its listings carry no ETag or version
+    /// (GET responses still do).
+    pub fn hiding_list_etags(
+        inner: Arc<dyn ObjectStore>,
+        delay: impl Fn(&str) -> std::time::Duration + Send + Sync + 'static,
+        fault: impl Fn(&str, usize) -> Fault + Send + Sync + 'static,
+    ) -> Arc<Self> {
+        let mut store = Arc::into_inner(Self::new(inner, delay, fault)).expect("new store");
+        store.hide_list_etags = true;
+        Arc::new(store)
+    }
+}
+
+fn without_etag(mut meta: ObjectMeta) -> ObjectMeta {
+    meta.e_tag = None;
+    meta.version = None;
+    meta
 }
 
 impl fmt::Debug for FaultyStore {
@@ -942,11 +963,19 @@ impl ObjectStore for FaultyStore {
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.inner.list(prefix)
+        let hide = self.hide_list_etags;
+        self.inner
+            .list(prefix)
+            .map(move |m| if hide { m.map(without_etag) } else { m })
+            .boxed()
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
-        self.inner.list_with_delimiter(prefix).await
+        let mut result = self.inner.list_with_delimiter(prefix).await?;
+        if self.hide_list_etags {
+            result.objects = result.objects.into_iter().map(without_etag).collect();
+        }
+        Ok(result)
     }
 
     async fn copy_opts(
