@@ -1,6 +1,7 @@
 //! Downloading one object to a local file: streamed to disk, transient errors
-//! retried with exponential backoff, an interrupted body resumed by range from
-//! the last byte written.
+//! (refused connections included) retried with exponential backoff for up to
+//! [`RETRY_WINDOW`] after the first failure (a server restart is ridden out),
+//! an interrupted body resumed by range from the last byte written.
 //!
 //! Version-pinned: every GET of a listed file (first request, retries, resumed
 //! ranges, and [`Pin`] used by on-demand range reads) asks for the version the
@@ -22,9 +23,24 @@ use udfchain_udfs::File;
 
 use crate::error::{Error, Result};
 
-/// Attempts per object (the first try plus retries).
-pub const MAX_ATTEMPTS: u32 = 6;
+/// Attempts per object at most (the first try plus retries).
+pub const MAX_ATTEMPTS: u32 = 12;
 const FIRST_BACKOFF: Duration = Duration::from_millis(10);
+const MAX_BACKOFF: Duration = Duration::from_millis(400);
+/// No retry starts later than this after an object's first failure: long
+/// enough to ride out a server restart (1-2 s of refused connections) with
+/// a store that does not retry by itself, short enough that a failure an
+/// HTTP store has already retried for a long time (object_store backs off
+/// from 100 ms up to 15 s, 10 times) is retried once more, not many times
+/// over.
+pub const RETRY_WINDOW: Duration = Duration::from_millis(2500);
+
+/// The pause before retry number `retry + 1`: 10 ms doubling, at most 400 ms.
+fn backoff(retry: u32) -> Duration {
+    FIRST_BACKOFF
+        .saturating_mul(2u32.saturating_pow(retry))
+        .min(MAX_BACKOFF)
+}
 /// Body bytes gathered before one blocking write: a small object is written
 /// with one call on the blocking pool instead of one per body chunk.
 const WRITE_BATCH: usize = 1 << 20;
@@ -188,6 +204,7 @@ async fn download(
     let mut written = 0u64;
     let mut retries = 0u32;
     let mut first_byte = None;
+    let mut first_failure = None;
     let storage_err = |source: Box<dyn std::error::Error + Send + Sync>| Error::Storage {
         url: url.clone(),
         source: Arc::from(source),
@@ -226,10 +243,14 @@ async fn download(
             }
             Err(e) => e,
         };
-        if !is_transient(&failure) || retries + 1 >= MAX_ATTEMPTS {
+        let failing_since = *first_failure.get_or_insert_with(std::time::Instant::now);
+        if !is_transient(&failure)
+            || retries + 1 >= MAX_ATTEMPTS
+            || failing_since.elapsed() >= RETRY_WINDOW
+        {
             return Err(storage_err(pin.error(failure)));
         }
-        tokio::time::sleep(FIRST_BACKOFF * 2u32.pow(retries)).await;
+        tokio::time::sleep(backoff(retries)).await;
         retries += 1;
     }
     out.finish().await?;
@@ -388,6 +409,18 @@ mod tests {
         for e in [not_found, precondition, denied] {
             assert!(!is_transient(&e), "{e}");
         }
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_a_cap_and_retries_span_a_restart() {
+        assert_eq!(backoff(0), Duration::from_millis(10));
+        assert_eq!(backoff(3), Duration::from_millis(80));
+        assert_eq!(backoff(30), MAX_BACKOFF);
+        let slept: Duration = (0..MAX_ATTEMPTS - 1).map(backoff).sum();
+        assert!(
+            slept >= Duration::from_secs(2) && slept >= RETRY_WINDOW - MAX_BACKOFF,
+            "the attempts outlast a 2 s restart, up to the window: {slept:?}"
+        );
     }
 
     #[test]

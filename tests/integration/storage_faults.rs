@@ -13,7 +13,9 @@ use serde::Deserialize;
 use tokio::io::AsyncReadExt;
 use udfchain::{File, OnError, Session, Settings, col};
 
-use crate::support::{ACCESS_KEY, Fault, FaultyStore, S3Server, SECRET_KEY, content, write_files};
+use crate::support::{
+    ACCESS_KEY, Fault, FaultyStore, S3Server, SECRET_KEY, content, put_files, write_files,
+};
 
 /// Replaces the file at `path` by one of the same size with other bytes,
 /// written at `tmp` and renamed over it (as a PUT makes a new object: a new
@@ -407,6 +409,52 @@ async fn the_s3_server_restarted_mid_run_changes_no_row() {
 async fn the_s3_server_down_when_the_listing_starts_changes_no_row() {
     let listed = restart_mid_run(1_100, |i| 16 + i % 7, None, &[8]).await;
     assert_eq!(listed, [(0, 2)], "both pages listed after the restart");
+}
+
+/// A store that refuses every GET for 1.5 s and does not retry by itself
+/// (as a restarting server looks through a plain client): the downloads'
+/// own retries span the gap, and the rows equal a clean run's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn downloads_ride_out_a_gap_in_a_store_that_does_not_retry() {
+    let inner = Arc::new(object_store::memory::InMemory::new());
+    put_files(inner.as_ref(), "", 20, |i| 1000 + i * 3).await;
+    let down_until = Arc::new(std::sync::Mutex::new(std::time::Instant::now()));
+    let until = Arc::clone(&down_until);
+    let store = FaultyStore::new(
+        inner,
+        |_| Duration::ZERO,
+        move |_, _| {
+            if std::time::Instant::now() < *until.lock().expect("lock") {
+                Fault::Request
+            } else {
+                Fault::None
+            }
+        },
+    );
+    let session = Session::new();
+    session
+        .register_store("memory://gap", store as _)
+        .expect("register");
+    let run = || async {
+        let mut rows: Vec<SumRow> = session
+            .from_storage("memory://gap/")
+            .settings(Settings::new().prefetch(8))
+            .map("sum", |f: File| async move {
+                f.read()
+                    .await
+                    .map(|b| b.iter().map(|&x| x as u64).sum::<u64>())
+            })
+            .select([col("file.path").alias("path"), col("sum")])
+            .to_rows()
+            .await
+            .expect("run");
+        rows.sort();
+        rows
+    };
+    let clean = run().await;
+    assert_eq!(clean.len(), 20);
+    *down_until.lock().expect("lock") = std::time::Instant::now() + Duration::from_millis(1500);
+    assert_eq!(run().await, clean);
 }
 
 /// `--set storage.endpoint=http://...` without `allow_http`: the CLI lists and
