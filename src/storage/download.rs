@@ -121,7 +121,7 @@ impl Pin {
             object_store::Error::Precondition { .. } if !self.is_empty() => {
                 Box::new(self.changed(None))
             }
-            e => Box::new(e),
+            e => super::explain(e),
         }
     }
 

@@ -232,7 +232,7 @@ impl ExecutionPlan for ListingExec {
             .map_err(move |e| {
                 Error::Storage {
                     url: url.clone(),
-                    source: Arc::new(e),
+                    source: Arc::from(super::explain(e)),
                 }
                 .into_df()
             })

@@ -162,6 +162,38 @@ fn join_key(prefix: &str, relative: &str) -> String {
     }
 }
 
+/// A store error with one line on what to do where the store's message does
+/// not say it: reqwest's bare "builder error" is a plain `http://` URL with
+/// `allow_http` off.
+#[derive(Debug)]
+pub struct Explained {
+    source: object_store::Error,
+    hint: &'static str,
+}
+
+impl std::fmt::Display for Explained {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.source, self.hint)
+    }
+}
+
+impl std::error::Error for Explained {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
+/// `e` as an error source, with [`Explained`]'s hint where one applies.
+pub fn explain(e: object_store::Error) -> Box<dyn std::error::Error + Send + Sync> {
+    if e.to_string().contains("builder error") {
+        return Box::new(Explained {
+            source: e,
+            hint: "a plain http:// endpoint or URL needs storage.allow_http=true",
+        });
+    }
+    Box::new(e)
+}
+
 /// An `http://` endpoint the user gave means plain HTTP: `allow_http` is
 /// turned on unless the user set it. Set to false with an `http://` endpoint,
 /// every request would fail with a bare "builder error"; say what to change.
@@ -298,6 +330,21 @@ mod tests {
         // Not an object key: empty or dot segments.
         assert!(loc.child("a//b").is_err());
         assert!(loc.child("a/../b").is_err());
+    }
+
+    #[test]
+    fn a_bare_builder_error_says_which_setting_to_change() {
+        let e = object_store::Error::Generic {
+            store: "S3",
+            source: "Error performing GET http://127.0.0.1:1/b - HTTP error: builder error".into(),
+        };
+        let msg = explain(e).to_string();
+        assert!(msg.contains("storage.allow_http=true"), "{msg}");
+        let e = object_store::Error::Generic {
+            store: "S3",
+            source: "connection refused".into(),
+        };
+        assert!(!explain(e).to_string().contains("allow_http"));
     }
 
     #[test]
