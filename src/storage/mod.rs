@@ -5,7 +5,8 @@
 //! object store registry keyed by scheme and host; one not registered yet is opened
 //! from the `AWS_*`/`GOOGLE_*`/`AZURE_*` environment plus the chain's
 //! `storage_option`s, so any S3-compatible server works; an `http://`
-//! endpoint the user gives allows plain HTTP unless they set `allow_http`.
+//! endpoint the user gives allows plain HTTP unless they set `allow_http`,
+//! and a store's bare "builder error" is [`explain`]ed (which setting to set).
 //!
 //! Keys round-trip: a listed file's `source` is `scheme://host/` plus the
 //! prefix verbatim and its `path` the rest of the key verbatim;
