@@ -4,7 +4,9 @@
 //! Guarantees: listing is streamed (rows flow as the store returns pages, so a
 //! `limit` above stops the listing early); `limit` pushed into the scan stops it
 //! after that many files; the glob filters paths relative to the listed prefix;
-//! the next page is requested while the second half of the current one is consumed.
+//! the next page is requested while the second half of the current one is consumed;
+//! a file's `path` is its key below the prefix verbatim, and its `etag` and
+//! `version` are what later reads are pinned to.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -230,7 +232,7 @@ impl ExecutionPlan for ListingExec {
             .map_err(move |e| {
                 Error::Storage {
                     url: url.clone(),
-                    source: Arc::new(e),
+                    source: Arc::from(super::explain(e)),
                 }
                 .into_df()
             })

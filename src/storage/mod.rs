@@ -4,7 +4,15 @@
 //! `gs://`, `az://`/`abfs://` or `http(s)://`. Stores are kept in DataFusion's
 //! object store registry keyed by scheme and host; one not registered yet is opened
 //! from the `AWS_*`/`GOOGLE_*`/`AZURE_*` environment plus the chain's
-//! `storage_option`s, so any S3-compatible server works.
+//! `storage_option`s, so any S3-compatible server works; an `http://`
+//! endpoint the user gives allows plain HTTP unless they set `allow_http`,
+//! and a store's bare "builder error" is [`explain`]ed (which setting to set).
+//!
+//! Keys round-trip: a listed file's `source` is `scheme://host/` plus the
+//! prefix verbatim and its `path` the rest of the key verbatim;
+//! [`Location::of_source`] and [`Location::child`] turn them back into the
+//! exact key (no percent-encoding or decoding), whatever it holds (`% # ? [ ]
+//! { } +`, spaces, non-ASCII, `..x`).
 //!
 //! [`FileSource`]: udfchain_udfs::FileSource
 
@@ -12,7 +20,7 @@ mod download;
 mod listing;
 pub mod source;
 
-pub use download::{Downloaded, download_bytes, download_to, is_transient};
+pub use download::{Changed, Downloaded, Pin, download_bytes, download_to, is_transient};
 pub use listing::{ListingExec, StorageTable};
 pub use source::StoreSource;
 
@@ -22,11 +30,12 @@ use std::sync::Arc;
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::object_store::ObjectStore;
 use datafusion::object_store::path::Path;
-use object_store::aws::AmazonS3Builder;
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::azure::MicrosoftAzureBuilder;
 use object_store::gcp::GoogleCloudStorageBuilder;
 use object_store::http::HttpBuilder;
 use object_store::memory::InMemory;
+use object_store::{ClientConfigKey, ClientOptions};
 use url::Url;
 
 use crate::error::{Error, Result};
@@ -86,6 +95,13 @@ impl Location {
         {
             return Err(invalid("missing bucket or container name"));
         }
+        // Dropping them would list another prefix than the one written.
+        if url.query().is_some() || url.fragment().is_some() {
+            return Err(invalid(
+                "'?' and '#' in a URI start a query or fragment: write them as %3F and %23 \
+                 (or give a local path)",
+            ));
+        }
         let prefix = Path::from_url_path(url.path()).map_err(|e| invalid(&e.to_string()))?;
         let mut store_url = url.clone();
         store_url.set_path("/");
@@ -101,19 +117,126 @@ impl Location {
         })
     }
 
-    /// The location of `file.source` (already a store URL plus prefix).
+    /// The location of `file.source`: `scheme://host/` followed by the prefix
+    /// verbatim, as [`Location::source`] wrote it. Not URL-decoded: a listed
+    /// prefix `a%41#b` stays `a%41#b` (a source that is not `scheme://...`,
+    /// e.g. a path typed by a user, is parsed as [`Location::parse`] does).
     pub fn of_source(source: &str) -> Result<Self> {
-        Self::parse(source)
+        let Some((scheme, rest)) = source.split_once("://") else {
+            return Self::parse(source);
+        };
+        if scheme.len() < 2 || !scheme.chars().all(|c| c.is_ascii_alphanumeric()) {
+            return Self::parse(source);
+        }
+        let (authority, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        let store = Self::parse(&format!("{scheme}://{authority}/"))?;
+        let prefix = Path::parse(prefix).map_err(|e| Error::InvalidUri {
+            uri: source.to_string(),
+            reason: e.to_string(),
+        })?;
+        let source = format!("{}{}", store.store_url.as_str(), prefix.as_ref());
+        Ok(Self {
+            store_url: store.store_url,
+            prefix,
+            source,
+        })
     }
 
-    /// The object path of `relative` below this location's prefix.
-    pub fn child(&self, relative: &str) -> Path {
-        if self.prefix.as_ref().is_empty() {
-            Path::from(relative)
-        } else {
-            Path::from(format!("{}/{}", self.prefix.as_ref(), relative))
-        }
+    /// The object path of `relative` (a listed file's `path`: the store's key
+    /// below this prefix) below this location's prefix. The key is taken
+    /// verbatim, never re-encoded, so `c#d.txt` names the object `c#d.txt`.
+    pub fn child(&self, relative: &str) -> Result<Path> {
+        let key = join_key(self.prefix.as_ref(), relative);
+        Path::parse(&key).map_err(|e| Error::InvalidUri {
+            uri: format!("{}/{relative}", self.source.trim_end_matches('/')),
+            reason: e.to_string(),
+        })
     }
+}
+
+/// `prefix/relative` (either may be empty), the object key of a listed file.
+fn join_key(prefix: &str, relative: &str) -> String {
+    match (prefix.is_empty(), relative.is_empty()) {
+        (true, _) => relative.to_string(),
+        (false, true) => prefix.to_string(),
+        (false, false) => format!("{prefix}/{relative}"),
+    }
+}
+
+/// A store error with one line on what to do where the store's message does
+/// not say it: reqwest's bare "builder error" is a plain `http://` URL with
+/// `allow_http` off.
+#[derive(Debug)]
+pub struct Explained {
+    source: object_store::Error,
+    hint: &'static str,
+}
+
+impl std::fmt::Display for Explained {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.source, self.hint)
+    }
+}
+
+impl std::error::Error for Explained {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
+/// `e` as an error source, with [`Explained`]'s hint where one applies.
+pub fn explain(e: object_store::Error) -> Box<dyn std::error::Error + Send + Sync> {
+    if e.to_string().contains("builder error") {
+        return Box::new(Explained {
+            source: e,
+            hint: "a plain http:// endpoint or URL needs storage.allow_http=true",
+        });
+    }
+    Box::new(e)
+}
+
+/// An `http://` endpoint the user gave means plain HTTP: `allow_http` is
+/// turned on unless the user set it. Set to false with an `http://` endpoint,
+/// every request would fail with a bare "builder error"; say what to change.
+fn s3_plain_http(b: AmazonS3Builder, allow_http_set: bool) -> Result<AmazonS3Builder> {
+    let endpoint = [AmazonS3ConfigKey::Endpoint, AmazonS3ConfigKey::S3Endpoint]
+        .iter()
+        .filter_map(|k| b.get_config_value(k))
+        .find(|e| {
+            e.get(..7)
+                .is_some_and(|s| s.eq_ignore_ascii_case("http://"))
+        });
+    let Some(endpoint) = endpoint else {
+        return Ok(b);
+    };
+    if !allow_http_set {
+        return Ok(b.with_allow_http(true));
+    }
+    let allowed = b
+        .get_config_value(&AmazonS3ConfigKey::Client(ClientConfigKey::AllowHttp))
+        .is_some_and(|v| {
+            matches!(
+                v.to_ascii_lowercase().as_str(),
+                "1" | "true" | "on" | "yes" | "y"
+            )
+        });
+    if allowed {
+        return Ok(b);
+    }
+    // Never echo credentials written into the endpoint URL.
+    let endpoint = match Url::parse(&endpoint) {
+        Ok(mut u) => {
+            let _ = u.set_password(None);
+            let _ = u.set_username("");
+            u.to_string()
+        }
+        Err(_) => "the endpoint".to_string(),
+    };
+    Err(Error::Plan(format!(
+        "storage endpoint {endpoint} is plain http:// but allow_http is off: \
+         remove the allow_http setting (or set storage.allow_http=true, AWS_ALLOW_HTTP=true), \
+         or use an https:// endpoint"
+    )))
 }
 
 /// Returns the store for `loc`, opening and registering it on first use.
@@ -141,10 +264,13 @@ fn build_store(loc: &Location, options: &BTreeMap<String, String>) -> Result<Arc
         "memory" => Arc::new(InMemory::new()),
         "s3" | "s3a" => {
             let mut b = AmazonS3Builder::from_env().with_url(url);
+            let mut allow_http_set = std::env::var_os("AWS_ALLOW_HTTP").is_some();
             for (k, v) in options {
-                b = b.with_config(k.parse().map_err(|_| bad_option(k))?, v);
+                let key: AmazonS3ConfigKey = k.parse().map_err(|_| bad_option(k))?;
+                allow_http_set |= key == AmazonS3ConfigKey::Client(ClientConfigKey::AllowHttp);
+                b = b.with_config(key, v);
             }
-            Arc::new(b.build().map_err(err)?)
+            Arc::new(s3_plain_http(b, allow_http_set)?.build().map_err(err)?)
         }
         "gs" => {
             let mut b = GoogleCloudStorageBuilder::from_env().with_url(url);
@@ -160,7 +286,16 @@ fn build_store(loc: &Location, options: &BTreeMap<String, String>) -> Result<Arc
             }
             Arc::new(b.build().map_err(err)?)
         }
-        "http" | "https" => Arc::new(HttpBuilder::new().with_url(url).build().map_err(err)?),
+        // An http:// URI is a plain-HTTP server by the user's own choice.
+        "http" | "https" => Arc::new(
+            HttpBuilder::new()
+                .with_url(url)
+                .with_client_options(
+                    ClientOptions::new().with_allow_http(loc.store_url.scheme() == "http"),
+                )
+                .build()
+                .map_err(err)?,
+        ),
         "file" => Arc::new(object_store::local::LocalFileSystem::new()),
         other => {
             return Err(Error::InvalidUri {
@@ -170,4 +305,107 @@ fn build_store(loc: &Location, options: &BTreeMap<String, String>) -> Result<Arc
         }
     };
     Ok(store)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn child_keeps_the_listed_key_verbatim() {
+        let loc = Location::parse("s3://bucket/pre").expect("parse");
+        for key in [
+            "c#d.txt",
+            "pct%41",
+            "sp ace",
+            "日本/é",
+            "a..b",
+            "..x",
+            "{b}[a]+?",
+        ] {
+            let path = loc.child(key).expect("child");
+            assert_eq!(path.as_ref(), format!("pre/{key}"));
+        }
+        let root = Location::parse("memory://m/").expect("parse");
+        assert_eq!(root.child("x#y").expect("child").as_ref(), "x#y");
+        // Not an object key: empty or dot segments.
+        assert!(loc.child("a//b").is_err());
+        assert!(loc.child("a/../b").is_err());
+    }
+
+    #[test]
+    fn a_bare_builder_error_says_which_setting_to_change() {
+        let e = object_store::Error::Generic {
+            store: "S3",
+            source: "Error performing GET http://127.0.0.1:1/b - HTTP error: builder error".into(),
+        };
+        let msg = explain(e).to_string();
+        assert!(msg.contains("storage.allow_http=true"), "{msg}");
+        let e = object_store::Error::Generic {
+            store: "S3",
+            source: "connection refused".into(),
+        };
+        assert!(!explain(e).to_string().contains("allow_http"));
+    }
+
+    #[test]
+    fn join_key_of_empty_parts() {
+        assert_eq!(join_key("", "a/b"), "a/b");
+        assert_eq!(join_key("p", ""), "p");
+        assert_eq!(join_key("p/q", "a"), "p/q/a");
+    }
+
+    #[test]
+    fn of_source_reads_the_prefix_verbatim() {
+        for prefix in ["sub dir#%é", "pct%41", "a?b/c", "日本"] {
+            let source = format!("s3://bucket/{prefix}");
+            let loc = Location::of_source(&source).expect("of_source");
+            assert_eq!(loc.prefix.as_ref(), prefix);
+            assert_eq!(loc.store_url.as_str(), "s3://bucket/");
+            assert_eq!(loc.source, source, "source round-trips");
+        }
+        let root = Location::of_source("s3://bucket/").expect("root");
+        assert!(root.prefix.is_root());
+        let local = Location::of_source("file:///tmp/x#y").expect("file");
+        assert_eq!(local.prefix.as_ref(), "tmp/x#y");
+        assert_eq!(local.store_url.as_str(), "file:///");
+    }
+
+    #[test]
+    fn parse_decodes_a_url_and_keeps_a_local_path() {
+        let loc = Location::parse("s3://bucket/a%20b%23c").expect("parse");
+        assert_eq!(loc.prefix.as_ref(), "a b#c");
+        for uri in ["s3://bucket/a#b", "s3://bucket/a?b", "memory://m/x#"] {
+            let err = Location::parse(uri).expect_err(uri);
+            assert!(err.to_string().contains("%23"), "{err}");
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let odd = dir.path().join("x#%y é");
+        std::fs::create_dir(&odd).expect("mkdir");
+        let loc = Location::parse(&odd.display().to_string()).expect("local");
+        assert!(loc.prefix.as_ref().ends_with("x#%y é"), "{}", loc.prefix);
+        // The source the listing writes resolves to the same location.
+        assert_eq!(Location::of_source(&loc.source).expect("back"), loc);
+    }
+
+    #[test]
+    fn an_http_endpoint_allows_http_unless_the_user_said_otherwise() {
+        let b = AmazonS3Builder::new().with_endpoint("http://127.0.0.1:9000");
+        let allow = |b: &AmazonS3Builder| {
+            b.get_config_value(&AmazonS3ConfigKey::Client(ClientConfigKey::AllowHttp))
+        };
+        let b2 = s3_plain_http(b.clone(), false).expect("allowed");
+        assert_eq!(allow(&b2).as_deref(), Some("true"));
+        let off = b.clone().with_allow_http(false);
+        let err = s3_plain_http(off, true).expect_err("explicitly off");
+        assert!(err.to_string().contains("storage.allow_http=true"), "{err}");
+        let https = AmazonS3Builder::new().with_endpoint("https://s3.example");
+        let b3 = s3_plain_http(https, false).expect("https");
+        assert_eq!(allow(&b3).as_deref(), Some("false"));
+        let creds = AmazonS3Builder::new()
+            .with_endpoint("http://user:secret@127.0.0.1:9000")
+            .with_allow_http(false);
+        let err = s3_plain_http(creds, true).expect_err("off");
+        assert!(!err.to_string().contains("secret"), "{err}");
+    }
 }

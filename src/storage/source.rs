@@ -8,7 +8,9 @@
 //! object downloads it into the cache, later reads (in this run or the next)
 //! find it there and make no request. A local copy that vanished between its
 //! lookup and the read (an unpinned shared-cache entry evicted meanwhile) is
-//! read from the store instead of failing.
+//! read from the store instead of failing. Every read of a listed file asks for
+//! the version it was listed with (see [`Pin`]): the range reads of one
+//! `File::open` reader never mix two versions of a rewritten object.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
@@ -18,10 +20,11 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use bytes::Bytes;
 use datafusion::execution::runtime_env::RuntimeEnv;
-use datafusion::object_store::{ObjectStore, ObjectStoreExt, path::Path};
+use datafusion::object_store::{GetRange, ObjectStore, path::Path};
 use tokio::runtime::Handle;
 use udfchain_udfs::{File, FileSource, UdfError};
 
+use super::download::Pin;
 use super::{Location, download_to, open_store};
 use crate::cache::SharedCache;
 use crate::runtime::spawn_on;
@@ -84,11 +87,11 @@ impl StoreSource {
         };
         let mut stores = self.stores.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((store, loc)) = stores.get(&file.source) {
-            return Ok((Arc::clone(store), loc.child(&file.path)));
+            return Ok((Arc::clone(store), loc.child(&file.path).map_err(read_err)?));
         }
         let loc = Location::of_source(&file.source).map_err(read_err)?;
         let store = open_store(&self.env, &loc, &self.options).map_err(read_err)?;
-        let path = loc.child(&file.path);
+        let path = loc.child(&file.path).map_err(read_err)?;
         stores.insert(file.source.clone(), (Arc::clone(&store), loc));
         Ok((store, path))
     }
@@ -115,12 +118,11 @@ impl FileSource for StoreSource {
         }
         let (store, path) = self.resolve(file)?;
         if let Some(cache) = &self.read_through {
-            let (cache, target, url) = (Arc::clone(cache), file.clone(), file.url());
+            let (cache, target) = (Arc::clone(cache), file.clone());
             let task = spawn_on(&self.io, async move {
-                let fetch = |tmp: PathBuf| async move {
-                    download_to(&store, &path, target.size, &tmp, &url)
-                        .await
-                        .map(|_| ())
+                let fetch = |tmp: PathBuf| {
+                    let target = &target;
+                    async move { download_to(&store, &path, target, &tmp).await.map(|_| ()) }
                 };
                 // Pinned until the read is done: no pruning removes it meanwhile.
                 let (pin, _) = cache.get_or_fetch(&target, fetch).await?;
@@ -135,15 +137,16 @@ impl FileSource for StoreSource {
                 .map(Bytes::from)
                 .map_err(|e| read_error(file, e));
         }
+        let pin = Pin::of(file);
         let task = spawn_on(&self.io, async move {
-            match store.get(&path).await {
-                Ok(r) => r.bytes().await,
-                Err(e) => Err(e),
-            }
+            get_pinned(&store, &path, &pin, None).await
         });
         task.await
             .map_err(|e| read_error(file, std::io::Error::other(e)))?
-            .map_err(|e| read_error(file, e))
+            .map_err(|source| UdfError::Read {
+                url: file.url(),
+                source,
+            })
     }
 
     async fn read_range(&self, file: &File, range: Range<u64>) -> Result<Bytes, UdfError> {
@@ -168,10 +171,16 @@ impl FileSource for StoreSource {
             }
         }
         let (store, path) = self.resolve(&target)?;
-        let task = spawn_on(&self.io, async move { store.get_range(&path, range).await });
+        let pin = Pin::of(&target);
+        let task = spawn_on(&self.io, async move {
+            get_pinned(&store, &path, &pin, Some(GetRange::Bounded(range))).await
+        });
         task.await
             .map_err(|e| read_error(file, std::io::Error::other(e)))?
-            .map_err(|e| read_error(file, e))
+            .map_err(|source| UdfError::Read {
+                url: file.url(),
+                source,
+            })
     }
 
     fn local_path(&self, file: &File) -> Option<PathBuf> {
@@ -193,6 +202,23 @@ impl FileSource for StoreSource {
             None => self.local.as_ref()?.local_bytes(file),
         }
     }
+}
+
+/// One GET of `range` (all when `None`) of the version `pin` names: a
+/// rewritten object is a [`Changed`](super::download::Changed) error, whether
+/// the store refused the `If-Match` or ignored it.
+async fn get_pinned(
+    store: &Arc<dyn ObjectStore>,
+    path: &Path,
+    pin: &Pin,
+    range: Option<GetRange>,
+) -> Result<Bytes, Box<dyn std::error::Error + Send + Sync>> {
+    let result = store
+        .get_opts(path, pin.options(range))
+        .await
+        .map_err(|e| pin.error(e))?;
+    pin.check(&result.meta)?;
+    result.bytes().await.map_err(|e| pin.error(e))
 }
 
 fn read_error(file: &File, e: impl std::error::Error + Send + Sync + 'static) -> UdfError {

@@ -872,7 +872,7 @@ async fn download_into(
     tmp: PathBuf,
 ) -> udfchain::Result<()> {
     let path = object_store::path::Path::from(path);
-    udfchain::storage::download_to(store, &path, file.size, &tmp, &file.url())
+    udfchain::storage::download_to(store, &path, file, &tmp)
         .await
         .map(|_| ())
 }

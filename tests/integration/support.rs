@@ -1,7 +1,9 @@
 //! Test fixtures: a real S3 server (s3s + s3s-fs, GET served by [`FastGetFs`])
 //! on 127.0.0.1 (optionally with an added latency per request and a bandwidth
-//! cap, counting what it serves), a request-counting object store wrapper, and
-//! deterministic data. Also compiled into `benches/workloads.rs`.
+//! cap, counting what it serves; ETags in listings and `If-Match` answered as
+//! S3 does; can be stopped and restarted on the same address), a
+//! request-counting object store wrapper, and deterministic data. Also
+//! compiled into `benches/workloads.rs`.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -32,10 +34,16 @@ pub const SECRET_KEY: &str = "udfchain-test-secret";
 pub const BUCKET: &str = "bucket";
 
 /// An S3 server on 127.0.0.1 serving `root/<bucket>/...` files as objects.
+/// It can be stopped ([`S3Server::stop`]: connections and requests in flight
+/// are cut) and started again on the same address with the same data
+/// ([`S3Server::restart`]).
 pub struct S3Server {
     pub endpoint: String,
     root: TempDir,
-    runtime: Option<tokio::runtime::Runtime>,
+    addr: std::net::SocketAddr,
+    service: Shaped,
+    /// The runtime serving connections; `None` while stopped.
+    runtime: Mutex<Option<tokio::runtime::Runtime>>,
     stats: Arc<ServerStats>,
 }
 
@@ -58,12 +66,6 @@ impl S3Server {
     pub fn start_shaped(latency: Duration, bandwidth: Option<u64>) -> Self {
         let root = TempDir::new().expect("temp dir");
         std::fs::create_dir_all(root.path().join(BUCKET)).expect("bucket dir");
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("s3-test-server")
-            .enable_all()
-            .build()
-            .expect("server runtime");
         let fs = FastGetFs {
             inner: s3s_fs::FileSystem::new(root.path()).expect("s3s-fs"),
             root: root.path().to_path_buf(),
@@ -82,30 +84,53 @@ impl S3Server {
             stats: Arc::clone(&stats),
         };
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1");
-        listener.set_nonblocking(true).expect("nonblocking");
         let addr = listener.local_addr().expect("local addr");
-        runtime.spawn(async move {
-            let listener = tokio::net::TcpListener::from_std(listener).expect("tokio listener");
-            let http = ConnBuilder::new(TokioExecutor::new());
-            loop {
-                let Ok((socket, _)) = listener.accept().await else {
-                    continue;
-                };
-                let _ = socket.set_nodelay(true);
-                let conn = http
-                    .serve_connection(TokioIo::new(socket), service.clone())
-                    .into_owned();
-                tokio::spawn(async move {
-                    let _ = conn.await;
-                });
-            }
-        });
+        let runtime = serve(listener, service.clone());
         Self {
             endpoint: format!("http://{addr}"),
             root,
-            runtime: Some(runtime),
+            addr,
+            service,
+            runtime: Mutex::new(Some(runtime)),
             stats,
         }
+    }
+
+    /// Stops serving: the listener closes (new connections are refused) and
+    /// every open connection is dropped, cutting requests and bodies in flight.
+    /// Returns when the port is closed. May be called from async code.
+    pub fn stop(&self) {
+        let runtime = self
+            .runtime
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(rt) = runtime {
+            // Dropping a runtime blocks, which a runtime thread must not do.
+            std::thread::spawn(move || rt.shutdown_timeout(Duration::from_secs(5)))
+                .join()
+                .expect("server shutdown");
+        }
+    }
+
+    /// Serves again on the same address and data after [`S3Server::stop`]
+    /// (a no-op while serving).
+    pub fn restart(&self) {
+        let mut runtime = self.runtime.lock().unwrap_or_else(|p| p.into_inner());
+        if runtime.is_some() {
+            return;
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let listener = loop {
+            match std::net::TcpListener::bind(self.addr) {
+                Ok(l) => break l,
+                Err(_) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => panic!("rebind {}: {e}", self.addr),
+            }
+        };
+        *runtime = Some(serve(listener, self.service.clone()));
     }
 
     /// HTTP requests received (any kind).
@@ -152,13 +177,52 @@ impl S3Server {
 
 impl Drop for S3Server {
     fn drop(&mut self) {
-        if let Some(rt) = self.runtime.take() {
+        let runtime = self
+            .runtime
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(rt) = runtime {
             rt.shutdown_background();
         }
     }
 }
 
-/// s3s-fs with one change: GET opens, stats and reads the first
+/// A runtime accepting connections on `listener` and serving `service`.
+fn serve(listener: std::net::TcpListener, service: Shaped) -> tokio::runtime::Runtime {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("s3-test-server")
+        .enable_all()
+        .build()
+        .expect("server runtime");
+    listener.set_nonblocking(true).expect("nonblocking");
+    runtime.spawn(async move {
+        let listener = tokio::net::TcpListener::from_std(listener).expect("tokio listener");
+        let http = ConnBuilder::new(TokioExecutor::new());
+        loop {
+            let Ok((socket, _)) = listener.accept().await else {
+                continue;
+            };
+            let _ = socket.set_nodelay(true);
+            let conn = http
+                .serve_connection(TokioIo::new(socket), service.clone())
+                .into_owned();
+            tokio::spawn(async move {
+                let _ = conn.await;
+            });
+        }
+    });
+    runtime
+}
+
+/// s3s-fs with two changes. ETags: an object's ETag is `"<inode>-<mtime
+/// ns>-<size>"` (hex) of its file, the same in LIST, HEAD and GET responses, so
+/// a listing carries ETags as S3's does (s3s-fs lists none), and `If-Match` on
+/// GET and HEAD is answered as S3 does: 412 PreconditionFailed unless it names
+/// the current ETag (`*` matches any). A file rewritten in place within one
+/// mtime tick at the same size keeps its ETag: tests rewrite by renaming a new
+/// file over the old one. And: GET opens, stats and reads the first
 /// [`FastGetFs::CHUNK`] of the object in one blocking call (then one per chunk),
 /// and takes the ETag, attributes and checksums from s3s-fs's HEAD, kept per
 /// path while the file's size and mtime stay the same. s3s-fs streams a body
@@ -179,8 +243,39 @@ struct Opened {
     file: std::fs::File,
     len: u64,
     modified: std::time::SystemTime,
+    e_tag: String,
     range: Range<u64>,
     first: Bytes,
+}
+
+/// The ETag value (unquoted) of a file: `<inode>-<mtime ns>-<size>` in hex.
+fn stat_e_tag(meta: &std::fs::Metadata) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let mtime = (meta.mtime() as i128) * 1_000_000_000 + meta.mtime_nsec() as i128;
+    format!("{:x}-{mtime:x}-{:x}", meta.ino(), meta.len())
+}
+
+/// 412 PreconditionFailed unless `condition` (an `If-Match`) names `e_tag`.
+fn check_if_match(condition: Option<&s3s::dto::ETagCondition>, e_tag: &str) -> s3s::S3Result<()> {
+    match condition {
+        Some(s3s::dto::ETagCondition::ETag(want)) if want.value() != e_tag => Err(s3s::s3_error!(
+            PreconditionFailed,
+            "At least one of the pre-conditions you specified did not hold"
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The file of `key` in `bucket`, refusing keys that leave the bucket.
+fn object_file(root: &FsPath, bucket: &str, key: &str) -> s3s::S3Result<PathBuf> {
+    let key = FsPath::new(key);
+    if key
+        .components()
+        .any(|c| !matches!(c, std::path::Component::Normal(_)))
+    {
+        return Err(s3s::s3_error!(InvalidArgument, "key escapes the bucket"));
+    }
+    Ok(root.join(bucket).join(key))
 }
 
 impl FastGetFs {
@@ -189,6 +284,7 @@ impl FastGetFs {
     fn open(
         path: &FsPath,
         range: Option<s3s::dto::Range>,
+        if_match: Option<&s3s::dto::ETagCondition>,
     ) -> std::io::Result<s3s::S3Result<Opened>> {
         let mut file = std::fs::File::open(path)?;
         let meta = file.metadata()?;
@@ -196,6 +292,11 @@ impl FastGetFs {
             return Err(std::io::ErrorKind::NotFound.into());
         }
         let len = meta.len();
+        let e_tag = stat_e_tag(&meta);
+        // S3 evaluates If-Match before the range.
+        if let Err(e) = check_if_match(if_match, &e_tag) {
+            return Ok(Err(e));
+        }
         let range = match range.map(|r| r.check(len)) {
             None => 0..len,
             Some(Ok(r)) => r,
@@ -207,6 +308,7 @@ impl FastGetFs {
             file,
             len,
             modified: meta.modified()?,
+            e_tag,
             range,
             first,
         }))
@@ -251,8 +353,10 @@ impl FastGetFs {
     }
 }
 
-/// The [`s3s::S3`] impl of [`FastGetFs`]: `get_object` is its own, the listed
-/// operations are s3s-fs's (all that s3s-fs implements).
+/// The [`s3s::S3`] impl of [`FastGetFs`]: `get_object` is its own,
+/// `head_object` and `list_objects_v2` are s3s-fs's with our ETags (and
+/// `If-Match` on HEAD), the listed operations are s3s-fs's (all that s3s-fs
+/// implements).
 macro_rules! fast_get_fs_s3 {
     ($($op:ident: $input:ident => $output:ident;)*) => {
         #[async_trait]
@@ -266,22 +370,57 @@ macro_rules! fast_get_fs_s3 {
                 }
             )*
 
+            async fn head_object(
+                &self,
+                req: s3s::S3Request<s3s::dto::HeadObjectInput>,
+            ) -> s3s::S3Result<s3s::S3Response<s3s::dto::HeadObjectOutput>> {
+                let path = object_file(&self.root, &req.input.bucket, &req.input.key)?;
+                let if_match = req.input.if_match.clone();
+                let mut resp = self.inner.head_object(req).await?;
+                let meta = tokio::fs::metadata(&path)
+                    .await
+                    .map_err(|e| s3s::s3_error!(e, NoSuchKey))?;
+                let e_tag = stat_e_tag(&meta);
+                check_if_match(if_match.as_ref(), &e_tag)?;
+                resp.output.e_tag = Some(s3s::dto::ETag::Strong(e_tag));
+                Ok(resp)
+            }
+
+            async fn list_objects_v2(
+                &self,
+                req: s3s::S3Request<s3s::dto::ListObjectsV2Input>,
+            ) -> s3s::S3Result<s3s::S3Response<s3s::dto::ListObjectsV2Output>> {
+                let dir = self.root.join(&req.input.bucket);
+                let mut resp = self.inner.list_objects_v2(req).await?;
+                let Some(mut objects) = resp.output.contents.take() else {
+                    return Ok(resp);
+                };
+                let objects = tokio::task::spawn_blocking(move || {
+                    for o in &mut objects {
+                        let meta = o.key.as_deref().map(|k| std::fs::metadata(dir.join(k)));
+                        if let Some(Ok(meta)) = meta {
+                            o.e_tag = Some(s3s::dto::ETag::Strong(stat_e_tag(&meta)));
+                        }
+                    }
+                    objects
+                })
+                .await
+                .map_err(|e| s3s::s3_error!(e, InternalError))?;
+                resp.output.contents = Some(objects);
+                Ok(resp)
+            }
+
             async fn get_object(
                 &self,
                 req: s3s::S3Request<s3s::dto::GetObjectInput>,
             ) -> s3s::S3Result<s3s::S3Response<s3s::dto::GetObjectOutput>> {
-                let key = FsPath::new(&req.input.key);
-                if key
-                    .components()
-                    .any(|c| !matches!(c, std::path::Component::Normal(_)))
-                {
-                    return Err(s3s::s3_error!(InvalidArgument, "key escapes the bucket"));
-                }
-                let path = self.root.join(&req.input.bucket).join(key);
+                let path = object_file(&self.root, &req.input.bucket, &req.input.key)?;
                 let requested_range = req.input.range;
                 let opened = {
-                    let path = path.clone();
-                    tokio::task::spawn_blocking(move || Self::open(&path, requested_range))
+                    let (path, if_match) = (path.clone(), req.input.if_match.clone());
+                    tokio::task::spawn_blocking(move || {
+                        Self::open(&path, requested_range, if_match.as_ref())
+                    })
                         .await
                         .map_err(|e| s3s::s3_error!(e, InternalError))?
                 };
@@ -294,7 +433,7 @@ macro_rules! fast_get_fs_s3 {
                     Err(e) => return Err(s3s::s3_error!(e, InternalError)),
                 };
                 let head = self.head(req, &path, &opened).await?;
-                let Opened { file, len, range, first, .. } = opened;
+                let Opened { file, len, range, first, e_tag, .. } = opened;
                 let whole = range.end - range.start == len;
                 // A ranged GET is answered 206 with Content-Range, even for all bytes.
                 let content_range = requested_range
@@ -327,7 +466,7 @@ macro_rules! fast_get_fs_s3 {
                     cache_control: head.cache_control,
                     expires: head.expires,
                     website_redirect_location: head.website_redirect_location,
-                    e_tag: head.e_tag,
+                    e_tag: Some(s3s::dto::ETag::Strong(e_tag)),
                     // S3 sends checksums only with the whole object.
                     checksum_crc32: head.checksum_crc32.filter(|_| whole),
                     checksum_crc32c: head.checksum_crc32c.filter(|_| whole),
@@ -353,10 +492,8 @@ fast_get_fs_s3! {
     delete_objects: DeleteObjectsInput => DeleteObjectsOutput;
     get_bucket_location: GetBucketLocationInput => GetBucketLocationOutput;
     head_bucket: HeadBucketInput => HeadBucketOutput;
-    head_object: HeadObjectInput => HeadObjectOutput;
     list_buckets: ListBucketsInput => ListBucketsOutput;
     list_objects: ListObjectsInput => ListObjectsOutput;
-    list_objects_v2: ListObjectsV2Input => ListObjectsV2Output;
     list_parts: ListPartsInput => ListPartsOutput;
     put_object: PutObjectInput => PutObjectOutput;
     upload_part: UploadPartInput => UploadPartOutput;
@@ -696,6 +833,8 @@ pub struct FaultyStore {
     delay: Box<DelayFn>,
     fault: Box<FaultFn>,
     attempts: Mutex<std::collections::HashMap<String, usize>>,
+    /// Listings carry no ETag or version (as some stores' do not).
+    hide_list_etags: bool,
 }
 
 type DelayFn = dyn Fn(&str) -> std::time::Duration + Send + Sync;
@@ -722,8 +861,27 @@ impl FaultyStore {
             delay: Box::new(delay),
             fault: Box::new(fault),
             attempts: Mutex::new(Default::default()),
+            hide_list_etags: false,
         })
     }
+
+    /// Like [`FaultyStore::new`], and its listings carry no ETag or version
+    /// (GET responses still do).
+    pub fn hiding_list_etags(
+        inner: Arc<dyn ObjectStore>,
+        delay: impl Fn(&str) -> std::time::Duration + Send + Sync + 'static,
+        fault: impl Fn(&str, usize) -> Fault + Send + Sync + 'static,
+    ) -> Arc<Self> {
+        let mut store = Arc::into_inner(Self::new(inner, delay, fault)).expect("new store");
+        store.hide_list_etags = true;
+        Arc::new(store)
+    }
+}
+
+fn without_etag(mut meta: ObjectMeta) -> ObjectMeta {
+    meta.e_tag = None;
+    meta.version = None;
+    meta
 }
 
 impl fmt::Debug for FaultyStore {
@@ -805,11 +963,19 @@ impl ObjectStore for FaultyStore {
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.inner.list(prefix)
+        let hide = self.hide_list_etags;
+        self.inner
+            .list(prefix)
+            .map(move |m| if hide { m.map(without_etag) } else { m })
+            .boxed()
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
-        self.inner.list_with_delimiter(prefix).await
+        let mut result = self.inner.list_with_delimiter(prefix).await?;
+        if self.hide_list_etags {
+            result.objects = result.objects.into_iter().map(without_etag).collect();
+        }
+        Ok(result)
     }
 
     async fn copy_opts(

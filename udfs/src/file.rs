@@ -26,7 +26,9 @@ use crate::error::UdfError;
 ///
 /// `source` is the URL of the listed prefix (`s3://bucket/images`, `file:///data`,
 /// `memory:///x`) and `path` is relative to it, so the same data listed from two
-/// stores gives equal paths. `location` describes a virtual file (a tar member, a
+/// stores gives equal paths. Both hold the store's key verbatim, never
+/// percent-encoded: an object `c#d.txt` has the path `c#d.txt`, and reading
+/// it asks the store for exactly that key. `location` describes a virtual file (a tar member, a
 /// parquet row range) inside the object at `path`; it is `None` for whole objects.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct File {
@@ -78,7 +80,9 @@ impl File {
         }
     }
 
-    /// `source/path`, the full URL of the object (`#member` for a virtual file).
+    /// `source/path`, the full URL of the object (`#member` for a virtual file),
+    /// for people to read: the key is shown verbatim, not URL-encoded, so it
+    /// is not parsed back (reads resolve `source` and `path`).
     pub fn url(&self) -> String {
         let mut url = if self.source.is_empty() {
             self.path.clone()

@@ -193,8 +193,8 @@ impl Downloads {
 
     /// Downloads `file` to `dest` within the connection cap, counting it.
     async fn download(&self, file: &File, dest: &std::path::Path) -> Result<(), Error> {
-        self.counted(file, |store, path, url| async move {
-            let d = download_to(&store, &path, file.size, dest, &url).await?;
+        self.counted(file, |store, path, _url| async move {
+            let d = download_to(&store, &path, file, dest).await?;
             Ok(((), d))
         })
         .await
@@ -202,8 +202,8 @@ impl Downloads {
 
     /// Downloads `file` into memory within the connection cap, counting it.
     async fn download_bytes(&self, file: &File) -> Result<bytes::Bytes, Error> {
-        self.counted(file, |store, path, url| async move {
-            download_bytes(&store, &path, file.size, &url).await
+        self.counted(file, |store, path, _url| async move {
+            download_bytes(&store, &path, file).await
         })
         .await
     }
