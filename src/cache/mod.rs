@@ -2,6 +2,8 @@
 //! and the shared persistent cache (`cache = true`), whose entries a prefetch
 //! window pins for its rows ([`WindowPins`]).
 pub mod shared;
+pub mod source;
 pub mod temp;
 pub use shared::{CacheUsage, Pin, SharedCache, WindowPins};
+pub use source::{LocalCopies, StoreSource};
 pub use temp::TempCache;

@@ -52,8 +52,8 @@ use sha2::{Digest, Sha256};
 use tempfile::TempPath;
 use udfchain_udfs::File;
 
+use crate::cache::LocalCopies;
 use crate::error::{Error, Result};
-use crate::storage::source::LocalCopies;
 
 /// Hex chars of an entry name (SHA-256).
 const KEY_LEN: usize = 64;

@@ -24,8 +24,8 @@ use std::sync::{Arc, Mutex};
 
 use udfchain_udfs::File;
 
+use crate::cache::LocalCopies;
 use crate::error::{Error, Result};
-use crate::storage::source::LocalCopies;
 use crate::util::owner::{self, OwnerLock};
 
 /// A temporary dir of prefetched files, with reference counts per file.

@@ -34,10 +34,8 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, Distribution, Exec
 use futures::stream::{BoxStream, StreamExt, TryStreamExt};
 use udfchain_udfs::Aggregator;
 
-use super::common::{
-    Done, Shape, UdfCall, UdfOperator, append_column, null_output, repeat_row,
-    unary_exec_boilerplate,
-};
+use super::batches::{append_column, repeat_row, unary_exec_boilerplate};
+use super::common::{Done, Shape, UdfCall, UdfOperator, null_output};
 use crate::settings::OnError;
 
 #[derive(Debug)]

@@ -25,7 +25,8 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use futures::stream::{BoxStream, StreamExt, TryStreamExt};
 use udfchain_udfs::BatchMapper;
 
-use super::common::{Shape, UdfCall, UdfOperator, unary_exec_boilerplate};
+use super::batches::unary_exec_boilerplate;
+use super::common::{Shape, UdfCall, UdfOperator};
 
 #[derive(Debug)]
 pub struct BatchMapExec {

@@ -34,10 +34,8 @@ use futures::StreamExt;
 use tokio::sync::mpsc;
 use udfchain_udfs::{CallError, Generator};
 
-use super::common::{
-    Failure, Partition, Shape, UdfCall, UdfOperator, append_column, null_output, repeat_row,
-    slices, unary_exec_boilerplate,
-};
+use super::batches::{append_column, repeat_row, slices, unary_exec_boilerplate};
+use super::common::{Failure, Partition, Shape, UdfCall, UdfOperator, null_output};
 use crate::runtime::PoolTask;
 use crate::settings::OnError;
 

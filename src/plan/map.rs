@@ -23,7 +23,8 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use futures::stream::{self, StreamExt, TryStreamExt};
 use udfchain_udfs::Mapper;
 
-use super::common::{Shape, UdfCall, UdfOperator, slices, unary_exec_boilerplate};
+use super::batches::{slices, unary_exec_boilerplate};
+use super::common::{Shape, UdfCall, UdfOperator};
 use crate::settings::OnError;
 
 /// Rows per call when the UDF reads no file.

@@ -4,6 +4,7 @@
 
 mod aggregate;
 mod batch_map;
+mod batches;
 mod common;
 mod generate;
 mod map;
@@ -11,6 +12,7 @@ mod node;
 mod planner;
 mod prefetch;
 mod report;
+mod skip_list;
 
 pub use aggregate::AggregateExec;
 pub use batch_map::BatchMapExec;

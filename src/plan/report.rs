@@ -10,67 +10,13 @@
 //! every drop.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use datafusion::physical_plan::{ExecutionPlan, displayable};
 
 use super::{AggregateExec, BatchMapExec, GenerateExec, MapExec, PrefetchExec};
 
-/// The most dropped rows one operator (and one report) lists.
-pub const SKIP_LIST_LIMIT: usize = 1000;
-
-/// The rows one operator dropped under `on_error = skip`: the first
-/// `limit` listed, every one counted.
-#[derive(Debug)]
-pub struct SkipList {
-    limit: usize,
-    inner: Mutex<SkipInner>,
-}
-
-#[derive(Debug, Default)]
-struct SkipInner {
-    listed: Vec<String>,
-    total: usize,
-}
-
-impl Default for SkipList {
-    fn default() -> Self {
-        Self::with_limit(SKIP_LIST_LIMIT)
-    }
-}
-
-impl SkipList {
-    /// A list keeping at most `limit` entries.
-    pub fn with_limit(limit: usize) -> Self {
-        Self {
-            limit,
-            inner: Mutex::default(),
-        }
-    }
-
-    /// Records one dropped row, listed if the list has room.
-    pub fn push(&self, what: String) {
-        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        inner.total += 1;
-        if inner.listed.len() < self.limit {
-            inner.listed.push(what);
-        }
-    }
-
-    /// The listed entries, in the order they were recorded.
-    pub fn listed(&self) -> Vec<String> {
-        self.inner
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .listed
-            .clone()
-    }
-
-    /// Every dropped row, listed or not.
-    pub fn total(&self) -> usize {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner()).total
-    }
-}
+use super::skip_list::SKIP_LIST_LIMIT;
 
 /// Metrics of one operator.
 #[derive(Debug, Clone, PartialEq)]
@@ -157,6 +103,7 @@ impl RunReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::skip_list::SkipList;
 
     #[test]
     fn a_skip_list_keeps_the_first_entries_and_counts_all() {

@@ -21,11 +21,12 @@ use datafusion::prelude::{CsvReadOptions, JsonReadOptions, ParquetReadOptions, S
 use udfchain_udfs::builtins::{ParquetRows, parquet_schema, tar_members, webdataset_samples};
 use udfchain_udfs::gen_fn;
 
+use crate::cache::StoreSource;
 use crate::chain::Settings;
 use crate::dataset::Catalog;
 use crate::error::Error;
 use crate::plan::{UdfKind, UdfNode};
-use crate::storage::{Location, StorageTable, StoreSource, open_store};
+use crate::storage::{Location, StorageTable, open_store};
 
 /// The table functions scripts know, for suggestions.
 pub const NAMES: &[&str] = &[

@@ -1,4 +1,6 @@
-//! Object stores from URIs, listing (`read_storage`), and the [`FileSource`] UDFs read through.
+//! Object stores from URIs, listing (`read_storage`), and downloads pinned to the
+//! listed version. (The [`FileSource`] UDFs read through, which prefers local
+//! copies, is `cache::StoreSource`, one layer up.)
 //!
 //! A URI is a local path (`data/`, `/abs/dir`), `file://`, `memory://`, `s3://`,
 //! `gs://`, `az://`/`abfs://` or `http(s)://`. Stores are kept in DataFusion's
@@ -18,11 +20,9 @@
 
 mod download;
 mod listing;
-pub mod source;
 
 pub use download::{Changed, Downloaded, Pin, download_bytes, download_to, is_transient};
 pub use listing::{ListingExec, StorageTable};
-pub use source::StoreSource;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -9,6 +9,7 @@ mod datasets;
 mod errors;
 mod execution;
 mod keys;
+mod layers;
 mod on_error;
 mod prefetch;
 mod redaction;

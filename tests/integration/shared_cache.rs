@@ -1252,7 +1252,7 @@ async fn stress_child() {
 #[derive(Debug)]
 struct Vanished(PathBuf);
 
-impl udfchain::storage::source::LocalCopies for Vanished {
+impl udfchain::cache::LocalCopies for Vanished {
     fn local_path(&self, _file: &File) -> Option<PathBuf> {
         Some(self.0.clone())
     }
@@ -1267,7 +1267,7 @@ async fn a_local_copy_gone_before_the_read_is_read_from_the_store() {
     let env = Arc::new(RuntimeEnv::default());
     let url = url::Url::parse("memory://vanish").expect("url");
     env.register_object_store(&url, Arc::clone(&store) as _);
-    let source = udfchain::storage::StoreSource::new(
+    let source = udfchain::cache::StoreSource::new(
         env,
         Default::default(),
         Some(Arc::new(Vanished(tmp.path().join("evicted")))),
@@ -1292,7 +1292,7 @@ async fn a_local_copy_gone_before_the_read_is_read_from_the_store() {
 #[derive(Debug, Default)]
 struct Released(std::sync::Mutex<Vec<String>>);
 
-impl udfchain::storage::source::LocalCopies for Released {
+impl udfchain::cache::LocalCopies for Released {
     fn local_path(&self, _file: &File) -> Option<PathBuf> {
         None
     }
@@ -1304,8 +1304,8 @@ impl udfchain::storage::source::LocalCopies for Released {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn window_pins_hold_an_entry_until_its_last_row_is_released() {
+    use udfchain::cache::LocalCopies;
     use udfchain::cache::WindowPins;
-    use udfchain::storage::source::LocalCopies;
     let tmp = tempfile::tempdir().expect("tempdir");
     let cache = SharedCache::open(tmp.path(), None).expect("open");
     let calls = Arc::new(AtomicUsize::new(0));

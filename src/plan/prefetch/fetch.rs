@@ -20,12 +20,13 @@ use tokio::sync::Semaphore;
 use udfchain_udfs::File;
 
 use super::window::RoundTrip;
+use crate::cache::LocalCopies;
+use crate::cache::StoreSource;
 use crate::cache::{SharedCache, TempCache, WindowPins};
 use crate::error::Error;
-use crate::plan::report::SkipList;
+use crate::plan::skip_list::SkipList;
 use crate::settings::OnError;
-use crate::storage::source::LocalCopies;
-use crate::storage::{Downloaded, StoreSource, download_bytes, download_to};
+use crate::storage::{Downloaded, download_bytes, download_to};
 
 pub(super) struct PrefetchMetrics {
     pub(super) files_fetched: Count,

@@ -55,13 +55,13 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use tokio::sync::Semaphore;
 
-use super::common::unary_exec_boilerplate;
-use super::report::SkipList;
+use crate::cache::LocalCopies;
+use crate::cache::StoreSource;
 use crate::cache::{SharedCache, TempCache, WindowPins};
 use crate::error::Error;
+use crate::plan::batches::unary_exec_boilerplate;
+use crate::plan::skip_list::SkipList;
 use crate::settings::{OnError, Prefetch};
-use crate::storage::StoreSource;
-use crate::storage::source::LocalCopies;
 use fetch::{Downloads, PrefetchMetrics};
 use stream::{PrefetchStream, Queue};
 use window::AutoWindow;

@@ -24,7 +24,7 @@ use udfchain_udfs::{File, decode_column};
 use super::fetch::Downloads;
 use super::window::AutoWindow;
 use crate::error::Error;
-use crate::plan::common::slices;
+use crate::plan::batches::slices;
 use crate::runtime::{PoolTask, spawn_on};
 
 /// A finished fetch of one row.

@@ -1,5 +1,8 @@
 //! [`StoreSource`]: the engine's [`FileSource`], reading objects from the stores
-//! in DataFusion's registry, preferring a local copy when a cache holds one.
+//! in DataFusion's registry, preferring a local copy when a cache holds one, and
+//! [`LocalCopies`], what every holder of local copies (the temp cache, the shared
+//! cache, a prefetch window's pins) offers it. Here, above `storage/`, because it
+//! reads through the shared cache; `storage/` knows nothing of caches.
 //!
 //! Guarantees: every network read runs on the I/O runtime captured at creation
 //! (never on the UDF pool), and is aborted when the reading future is dropped.
@@ -24,10 +27,10 @@ use datafusion::object_store::{GetRange, ObjectStore, path::Path};
 use tokio::runtime::Handle;
 use udfchain_udfs::{File, FileSource, UdfError};
 
-use super::download::Pin;
-use super::{Location, download_to, open_store};
-use crate::cache::SharedCache;
+use super::SharedCache;
 use crate::runtime::spawn_on;
+use crate::storage::Pin;
+use crate::storage::{Location, download_to, open_store};
 
 /// Where local copies of files may be found (prefetch temp dirs, the shared cache).
 pub trait LocalCopies: Send + Sync + std::fmt::Debug {
