@@ -13,14 +13,16 @@
 //! failed, was dropped or unwound from a panic); the process holds the dir's
 //! owner lock ([`crate::util::owner`]) for the cache's life, so a dir whose lock
 //! is free (its owner was killed with SIGKILL) is swept by the next
-//! `TempCache::create` under the same root, and a live owner's dir never is,
-//! whatever the pid or the OS.
+//! [`TempCache::open_blocking`] under the same root, and a live owner's dir never
+//! is, whatever the pid or the OS. [`TempCache::new`] does no I/O: the dir is
+//! made by `open_blocking`, which the prefetch stream runs on the blocking pool
+//! before its first row, never on the thread that executes the plan.
 
 use std::collections::HashMap;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use udfchain_udfs::File;
 
@@ -32,11 +34,12 @@ use crate::util::owner::{self, OwnerLock};
 #[derive(Debug)]
 pub struct TempCache {
     dir: PathBuf,
-    /// Held until the dir is removed (fields drop after `Drop::drop`).
-    _owner: OwnerLock,
+    /// Set once the dir exists; held until the dir is removed (fields drop
+    /// after `Drop::drop`).
+    owner: Mutex<Option<OwnerLock>>,
     entries: Mutex<HashMap<String, Entry>>,
     next: AtomicU64,
-    fallback: Option<Arc<dyn LocalCopies>>,
+    fallback: OnceLock<Arc<dyn LocalCopies>>,
 }
 
 #[derive(Debug)]
@@ -55,12 +58,51 @@ enum Held {
 }
 
 impl TempCache {
-    /// Creates `root/tmp/prefetch-<pid>-<n>` (owned by this process), first
-    /// sweeping dirs whose owner is gone.
-    /// `fallback` serves files this cache does not hold (the shared cache).
+    /// A cache whose dir will be `root/tmp/prefetch-<pid>-<n>`; no I/O (see
+    /// [`TempCache::open_blocking`]).
+    pub fn new(root: &Path) -> Arc<Self> {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let dir = root.join("tmp").join(format!(
+            "prefetch-{}-{nanos:x}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        Arc::new(Self {
+            dir,
+            owner: Mutex::new(None),
+            entries: Mutex::new(HashMap::new()),
+            next: AtomicU64::new(0),
+            fallback: OnceLock::new(),
+        })
+    }
+
+    /// [`TempCache::new`], then [`TempCache::open_blocking`], with `fallback`.
     pub fn create(root: &Path, fallback: Option<Arc<dyn LocalCopies>>) -> Result<Arc<Self>> {
-        let tmp = root.join("tmp");
-        // Sweep each root once per process.
+        let cache = Self::new(root);
+        if let Some(f) = fallback {
+            cache.set_fallback(f);
+        }
+        cache.open_blocking()?;
+        Ok(cache)
+    }
+
+    /// `fallback` serves files this cache does not hold (the shared cache).
+    pub fn set_fallback(&self, fallback: Arc<dyn LocalCopies>) {
+        let _ = self.fallback.set(fallback);
+    }
+
+    /// Makes the dir, owned by this process, first sweeping (once per root per
+    /// process) the dirs whose owner is gone. Blocking: file system calls.
+    pub fn open_blocking(&self) -> Result<()> {
+        let mut owner = self.owner.lock().unwrap_or_else(|p| p.into_inner());
+        if owner.is_some() {
+            return Ok(());
+        }
+        let tmp = self.dir.parent().unwrap_or(&self.dir).to_path_buf();
         static SWEPT: Mutex<Option<HashSet<PathBuf>>> = Mutex::new(None);
         let first = SWEPT
             .lock()
@@ -70,25 +112,11 @@ impl TempCache {
         if first {
             sweep_orphans(&tmp);
         }
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        let dir = tmp.join(format!(
-            "prefetch-{}-{nanos:x}-{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
         std::fs::create_dir_all(&tmp).map_err(|e| Error::io(tmp.display(), e))?;
-        let owner = OwnerLock::create_dir(&dir).map_err(|e| Error::io(dir.display(), e))?;
-        Ok(Arc::new(Self {
-            dir,
-            _owner: owner,
-            entries: Mutex::new(HashMap::new()),
-            next: AtomicU64::new(0),
-            fallback,
-        }))
+        let lock =
+            OwnerLock::create_dir(&self.dir).map_err(|e| Error::io(self.dir.display(), e))?;
+        *owner = Some(lock);
+        Ok(())
     }
 
     pub fn dir(&self) -> &Path {
@@ -176,7 +204,7 @@ impl LocalCopies for TempCache {
             Some(e) if !matches!(e.held, Held::Missing) => e,
             _ => {
                 drop(entries);
-                return self.fallback.as_ref()?.local_path(file);
+                return self.fallback.get()?.local_path(file);
             }
         };
         match &entry.held {
@@ -223,7 +251,10 @@ impl LocalCopies for TempCache {
 
 impl Drop for TempCache {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
+        let opened = self.owner.get_mut().map(|o| o.is_some()).unwrap_or(true);
+        if opened {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 

@@ -786,3 +786,37 @@ async fn small_files_are_prefetched_into_memory_and_large_ones_to_disk() {
     }
     assert!(prefetch_dirs(root.path()).is_empty(), "temp dirs removed");
 }
+
+/// Executing a plan makes no file system call: the prefetch stream opens its
+/// temp dir (and the shared cache) on the blocking pool before its first row,
+/// so `execute()` never blocks the thread that drives the query.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn executing_the_plan_touches_no_disk_until_the_first_row() {
+    let root = tempfile::tempdir().expect("root");
+    let data = tempfile::tempdir().expect("data");
+    write_files(data.path(), 6, |_| 2048);
+    let chain = Chain::from_storage(&data.path().display().to_string())
+        .settings(
+            Settings::new()
+                .root(root.path())
+                .prefetch(2)
+                .memory_file_limit(0),
+        )
+        .map("n", |f: File| async move {
+            f.read().await.map(|b| b.len() as u64)
+        });
+    let mut stream = chain.stream().await.expect("executed");
+    assert!(
+        !root.path().join("tmp").exists(),
+        "execute() made the temp dir"
+    );
+    let first = stream.next().await.expect("a batch").expect("ok");
+    assert!(first.num_rows() > 0);
+    let mut rows = first.num_rows();
+    while let Some(b) = stream.next().await {
+        rows += b.expect("ok").num_rows();
+    }
+    assert_eq!(rows, 6);
+    drop(stream);
+    assert!(no_prefetch_dirs_soon(root.path()).await.is_empty());
+}

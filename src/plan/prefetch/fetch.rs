@@ -10,8 +10,9 @@
 //! failed file holds a placeholder and its other files are still fetched.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use datafusion::arrow::array::RecordBatch;
 use datafusion::error::Result as DfResult;
@@ -44,7 +45,10 @@ pub(super) struct Downloads {
     pub(super) temp: Arc<TempCache>,
     /// The shared-cache entries of the window's rows, pinned until released.
     pub(super) pins: Arc<WindowPins>,
-    pub(super) shared: Option<Arc<SharedCache>>,
+    /// The shared cache, when `cache = true` or its dir exists (set by `prepare`).
+    pub(super) shared: OnceLock<Arc<SharedCache>>,
+    pub(super) cache_dir: PathBuf,
+    pub(super) cache_limit: Option<u64>,
     /// `cache = true`: downloads go into `shared`.
     pub(super) into_cache: bool,
     /// Otherwise files up to this size are held in memory, larger ones on disk.
@@ -66,6 +70,29 @@ pub(super) struct Downloads {
 }
 
 impl Downloads {
+    /// Opens what the partition's downloads need from the file system on the
+    /// blocking pool: the shared cache (when `cache = true` or its dir exists;
+    /// it serves files it holds even with `cache = false`) and the temp dir,
+    /// sweeping dirs of killed processes first.
+    ///
+    /// # Cancel safety
+    /// Dropping the future leaves at most an empty temp dir owned by this
+    /// process, removed with the `TempCache`.
+    pub(super) async fn prepare(self: &Arc<Self>) -> Result<(), Error> {
+        let me = Arc::clone(self);
+        tokio::task::spawn_blocking(move || {
+            if me.into_cache || me.cache_dir.is_dir() {
+                let cache = SharedCache::open(&me.cache_dir, me.cache_limit)?;
+                me.temp
+                    .set_fallback(Arc::clone(&cache) as Arc<dyn LocalCopies>);
+                let _ = me.shared.set(cache);
+            }
+            me.temp.open_blocking()
+        })
+        .await
+        .map_err(|e| Error::internal(format!("opening the prefetch caches: {e}")))?
+    }
+
     /// Downloads the files of a one-row batch; `None` when the row is skipped.
     /// A row passed on holds one reference per file in `temp` (under `null`, a
     /// placeholder for a file whose download failed), which the UDF above
@@ -155,12 +182,12 @@ impl Downloads {
             self.metrics.cache_hits.add(1);
             return Ok(false);
         }
-        if let Some(pin) = self.shared.as_ref().and_then(|c| c.pin(file)) {
+        if let Some(pin) = self.shared.get().and_then(|c| c.pin(file)) {
             self.pins.hold(file, pin);
             self.metrics.cache_hits.add(1);
             return Ok(false);
         }
-        match (&self.shared, self.into_cache) {
+        match (self.shared.get(), self.into_cache) {
             (Some(cache), true) => {
                 let (pin, downloaded) = cache
                     .get_or_fetch(file, |tmp| async move { self.download(file, &tmp).await })

@@ -44,7 +44,7 @@ mod window;
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicUsize;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use datafusion::error::Result as DfResult;
 use datafusion::execution::memory_pool::MemoryConsumer;
@@ -57,8 +57,7 @@ use tokio::sync::Semaphore;
 
 use crate::cache::LocalCopies;
 use crate::cache::StoreSource;
-use crate::cache::{SharedCache, TempCache, WindowPins};
-use crate::error::Error;
+use crate::cache::{TempCache, WindowPins};
 use crate::plan::batches::unary_exec_boilerplate;
 use crate::plan::skip_list::SkipList;
 use crate::settings::{OnError, Prefetch};
@@ -142,15 +141,9 @@ impl PrefetchExec {
         ctx: Arc<TaskContext>,
     ) -> DfResult<(SendableRecordBatchStream, PrefetchHandle)> {
         let input = self.input.execute(partition, Arc::clone(&ctx))?;
-        // The shared cache serves files it holds even with `cache = false`.
-        let cache_dir = self.options.root.join("cache");
-        let shared = if self.options.cache || cache_dir.is_dir() {
-            Some(SharedCache::open(&cache_dir, self.options.cache_limit).map_err(Error::into_df)?)
-        } else {
-            None
-        };
-        let fallback = shared.clone().map(|s| s as Arc<dyn LocalCopies>);
-        let temp = TempCache::create(&self.options.root, fallback).map_err(Error::into_df)?;
+        // No file system call here: the stream opens the caches on the
+        // blocking pool before its first row (`Downloads::prepare`).
+        let temp = TempCache::new(&self.options.root);
         let pins = WindowPins::new(Arc::clone(&temp) as _);
         let handle = PrefetchHandle {
             local: Arc::clone(&pins) as _,
@@ -175,6 +168,7 @@ impl PrefetchExec {
         };
         let state = PrefetchStream {
             input,
+            prepared: false,
             input_done: false,
             rows: Default::default(),
             queue: Queue::new(self.options.ordered),
@@ -186,7 +180,9 @@ impl PrefetchExec {
                 file_cols: self.file_cols.clone(),
                 temp,
                 pins,
-                shared,
+                shared: OnceLock::new(),
+                cache_dir: self.options.root.join("cache"),
+                cache_limit: self.options.cache_limit,
                 into_cache: self.options.cache,
                 memory_file_limit: self.options.memory_file_limit,
                 source: StoreSource::new(

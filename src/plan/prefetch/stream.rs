@@ -77,6 +77,8 @@ impl Queue {
 
 pub(super) struct PrefetchStream {
     pub(super) input: SendableRecordBatchStream,
+    /// Whether `Downloads::prepare` ran (before the first row).
+    pub(super) prepared: bool,
     pub(super) input_done: bool,
     /// Rows not started yet, each with its files (decoded once per input batch).
     pub(super) rows: VecDeque<(RecordBatch, Vec<File>)>,
@@ -90,6 +92,12 @@ pub(super) struct PrefetchStream {
 
 impl PrefetchStream {
     pub(super) async fn next(&mut self) -> Option<DfResult<RecordBatch>> {
+        if !self.prepared {
+            if let Err(e) = self.shared.prepare().await {
+                return Some(Err(e.into_df()));
+            }
+            self.prepared = true;
+        }
         loop {
             while self.queue.len() < self.window {
                 let Some((_, files)) = self.rows.front() else {
