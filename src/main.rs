@@ -102,12 +102,27 @@ enum CacheCommand {
     Clear,
 }
 
+/// `println!` that returns an error instead of panicking when standard output
+/// is closed (a broken pipe ends the command quietly, see `main`).
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        writeln!(std::io::stdout(), $($arg)*).map_err(|e| Error::Io {
+            path: "standard output".into(),
+            source: Arc::new(e),
+        })?
+    };
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     let verbose = cli.verbose;
     match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
+        // A reader that stopped reading (`udfchain ls ... | head`) is not an error.
+        Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::BrokenPipe => {
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             let mut msg = e.to_string().replace('\n', " ");
             if verbose {
@@ -187,7 +202,7 @@ async fn run(cli: Cli) -> udfchain::Result<()> {
                 }
                 DatasetsCommand::Info { name, version } => {
                     let i = catalog.get_async(&name, version).await?;
-                    println!(
+                    outln!(
                         "name:    {}\nversion: {}\nrows:    {}\nbytes:   {}\npath:    {}\nschema:\n  {}\nquery:\n  {}",
                         i.name,
                         i.version,
@@ -201,7 +216,7 @@ async fn run(cli: Cli) -> udfchain::Result<()> {
                 }
                 DatasetsCommand::Rm { name, version } => {
                     let n = catalog.remove_async(&name, version).await?;
-                    println!("removed {n} version(s) of {name}");
+                    outln!("removed {n} version(s) of {name}");
                     Ok(())
                 }
             }
@@ -211,7 +226,7 @@ async fn run(cli: Cli) -> udfchain::Result<()> {
             match command {
                 CacheCommand::Du => {
                     let u = cache.du()?;
-                    println!(
+                    outln!(
                         "{} entries, {} bytes in {}",
                         u.files,
                         u.bytes,
@@ -227,11 +242,11 @@ async fn run(cli: Cli) -> udfchain::Result<()> {
                         ),
                     })?;
                     let removed = cache.prune_to(limit)?;
-                    println!("removed {} entries, {} bytes", removed.files, removed.bytes);
+                    outln!("removed {} entries, {} bytes", removed.files, removed.bytes);
                 }
                 CacheCommand::Clear => {
                     cache.clear()?;
-                    println!("cleared {}", cache.dir().display());
+                    outln!("cleared {}", cache.dir().display());
                 }
             }
             Ok(())
@@ -331,11 +346,28 @@ struct Printer {
     format: Format,
 }
 
+/// Standard output that keeps the error of a failed write.
+struct Stdout {
+    inner: std::io::StdoutLock<'static>,
+    failed: Option<std::io::Error>,
+}
+
+impl Write for Stdout {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.inner.write(buf).inspect_err(|e| {
+            self.failed = Some(std::io::Error::new(e.kind(), e.to_string()));
+        })
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush().inspect_err(|e| {
+            self.failed = Some(std::io::Error::new(e.kind(), e.to_string()));
+        })
+    }
+}
+
 impl Printer {
     fn print(&self, batches: &[RecordBatch]) -> udfchain::Result<()> {
-        let df_err = |e: datafusion::arrow::error::ArrowError| {
-            Error::from(datafusion::error::DataFusionError::from(e))
-        };
         let io_err = |e: std::io::Error| Error::Io {
             path: "standard output".into(),
             source: Arc::new(e),
@@ -343,25 +375,46 @@ impl Printer {
         let parquet_err = |e: datafusion::parquet::errors::ParquetError| {
             Error::from(datafusion::error::DataFusionError::from(e))
         };
-        let mut stdout = std::io::stdout().lock();
+        let mut stdout = Stdout {
+            inner: std::io::stdout().lock(),
+            failed: None,
+        };
+        // A writer's error says only "Csv error: ..."; the failed write's own
+        // error (a broken pipe) is what `main` needs to see.
+        let df_err =
+            |e: datafusion::arrow::error::ArrowError, out: &mut Stdout| match out.failed.take() {
+                Some(io) => io_err(io),
+                None => Error::from(datafusion::error::DataFusionError::from(e)),
+            };
         match self.format {
             Format::Table => {
                 // Tables are for people: plans and messages in them never echo a secret.
-                let text = pretty_format_batches(batches).map_err(df_err)?.to_string();
-                writeln!(stdout, "{}", redact(&text)).map_err(io_err)?;
+                let text = pretty_format_batches(batches)
+                    .map_err(|e| df_err(e, &mut stdout))?
+                    .to_string();
+                writeln!(stdout.inner, "{}", redact(&text)).map_err(io_err)?;
             }
             Format::Csv => {
                 let mut w = datafusion::arrow::csv::Writer::new(&mut stdout);
                 for b in batches {
-                    w.write(b).map_err(df_err)?;
+                    if let Err(e) = w.write(b) {
+                        drop(w);
+                        return Err(df_err(e, &mut stdout));
+                    }
                 }
             }
             Format::Json => {
                 let mut w = datafusion::arrow::json::LineDelimitedWriter::new(&mut stdout);
+                let mut result = Ok(());
                 for b in batches {
-                    w.write(b).map_err(df_err)?;
+                    result = w.write(b);
+                    if result.is_err() {
+                        break;
+                    }
                 }
-                w.finish().map_err(df_err)?;
+                let result = result.and_then(|()| w.finish());
+                drop(w);
+                result.map_err(|e| df_err(e, &mut stdout))?;
             }
             Format::Parquet => {
                 let Some(first) = batches.first() else {
@@ -378,7 +431,7 @@ impl Printer {
                     w.write(b).map_err(parquet_err)?;
                 }
                 w.close().map_err(parquet_err)?;
-                stdout.write_all(&buf).map_err(io_err)?;
+                stdout.inner.write_all(&buf).map_err(io_err)?;
             }
         }
         Ok(())

@@ -291,3 +291,43 @@ fn setting_and_syntax_errors_are_one_located_line() {
         "udfchain: line 2, column 8: syntax error: unterminated string literal"
     );
 }
+
+/// `udfchain ls DIR | head`: a reader that closes the pipe ends the command
+/// quietly (exit 0, no panic), in every text format.
+#[test]
+fn a_closed_pipe_ends_the_command_quietly() {
+    let root = tempfile::tempdir().expect("root");
+    let data = tempfile::tempdir().expect("data");
+    // Enough rows that the output exceeds a pipe's buffer (64 KiB).
+    for i in 0..3000 {
+        std::fs::write(
+            data.path()
+                .join(format!("file-with-a-long-name-{i:05}.txt")),
+            "x",
+        )
+        .expect("write");
+    }
+    let dir = data.path().to_str().expect("utf8 path");
+    for format in ["table", "csv", "json"] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_udfchain"))
+            .arg("--root")
+            .arg(root.path())
+            .args(["ls", dir, "--format", format])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        // Read one line, then close the read end, as `head -1` does.
+        let mut stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut stdout, &mut line).expect("first line");
+        drop(stdout);
+        let out = child.wait_with_output().expect("wait");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && !stderr.contains("panicked"),
+            "{format}: exit {:?}, stderr: {stderr}",
+            out.status.code()
+        );
+    }
+}
