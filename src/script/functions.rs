@@ -184,7 +184,13 @@ impl TableFunctionImpl for TableFn {
                     let source = StoreSource::new(env, options.clone(), None);
                     let bytes = udfchain_udfs::FileSource::read(&source, &file)
                         .await
-                        .map_err(|e| DataFusionError::Plan(e.to_string()))?;
+                        .map_err(|e| {
+                            Error::Storage {
+                                url: file.url(),
+                                source: Arc::new(e),
+                            }
+                            .into_df()
+                        })?;
                     parquet_schema(bytes)
                         .map_err(|e| DataFusionError::Plan(format!("{}: {e}", file.url())))
                 })??;

@@ -192,8 +192,9 @@ pub(super) fn rows_with_files(
 ) -> DfResult<Vec<(RecordBatch, Vec<File>)>> {
     let mut columns = Vec::with_capacity(file_cols.len());
     for &c in file_cols {
-        let files: Vec<Option<File>> =
-            decode_column(batch.column(c)).map_err(|e| Error::plan(e.to_string()).into_df())?;
+        let files: Vec<Option<File>> = decode_column(batch.column(c)).map_err(|e| {
+            Error::internal(format!("a File column the planner checked: {e}")).into_df()
+        })?;
         columns.push(files);
     }
     Ok(slices(batch, 1)
