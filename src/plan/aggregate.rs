@@ -29,7 +29,6 @@ use datafusion::error::Result as DfResult;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::{LexRequirement, OrderingRequirements, PhysicalSortRequirement};
-use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, Distribution, ExecutionPlan};
 use futures::stream::{BoxStream, StreamExt, TryStreamExt};
 use udfchain_udfs::Aggregator;
@@ -110,8 +109,6 @@ impl ExecutionPlan for AggregateExec {
         let (input, part, baseline) = self.op.start(partition, &ctx)?;
         let key_idx: Vec<usize> = self.keys.iter().map(|(i, _)| *i).collect();
         let mut seen = 0u64;
-        let call = Arc::clone(&part.call);
-        let end = part.end();
         let out = part.clone();
         let calls = groups(input, key_idx.clone())?
             .map_ok(move |g| {
@@ -155,18 +152,7 @@ impl ExecutionPlan for AggregateExec {
                     Done::rows(append_column(&part.schema, &repeated, values)?)
                 }
             });
-        let stream = if call.ordered {
-            calls.buffered(call.parallel).boxed()
-        } else {
-            calls.buffer_unordered(call.parallel).boxed()
-        }
-        .try_filter_map(move |done| futures::future::ready(Ok(out.emit(done))))
-        .inspect_ok(move |b| baseline.record_output(b.num_rows()))
-        .chain(end);
-        Ok(Box::pin(RecordBatchStreamAdapter::new(
-            Arc::clone(&self.op.schema),
-            stream,
-        )))
+        Ok(out.output(calls, baseline))
     }
 }
 

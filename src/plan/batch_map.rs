@@ -20,7 +20,6 @@ use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::error::Result as DfResult;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use futures::stream::{BoxStream, StreamExt, TryStreamExt};
 use udfchain_udfs::BatchMapper;
@@ -85,7 +84,6 @@ impl ExecutionPlan for BatchMapExec {
         let (input, part, baseline) = self.op.start(partition, &ctx)?;
         let mut seen = 0u64;
         let call = Arc::clone(&part.call);
-        let end = part.end();
         let out = part.clone();
         let calls = rebatch(input, call.batch_size)
             .map_ok(move |b| {
@@ -103,18 +101,7 @@ impl ExecutionPlan for BatchMapExec {
                     .await
                 }
             });
-        let stream = if call.ordered {
-            calls.buffered(call.parallel).boxed()
-        } else {
-            calls.buffer_unordered(call.parallel).boxed()
-        }
-        .try_filter_map(move |done| futures::future::ready(Ok(out.emit(done))))
-        .inspect_ok(move |b| baseline.record_output(b.num_rows()))
-        .chain(end);
-        Ok(Box::pin(RecordBatchStreamAdapter::new(
-            Arc::clone(&self.op.schema),
-            stream,
-        )))
+        Ok(out.output(calls, baseline))
     }
 }
 

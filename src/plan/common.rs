@@ -431,6 +431,31 @@ impl<U: ?Sized> Partition<U> {
         .filter_map(|()| futures::future::ready(None))
     }
 
+    /// The operator's output stream: `calls` run `parallel` at once (results in
+    /// input order, or as they finish with `ordered = false`), each call's
+    /// skips recorded as its result is emitted, output rows counted, and the
+    /// end-of-output bookkeeping of [`Partition::end`] last.
+    pub fn output<S, F>(self, calls: S, baseline: BaselineMetrics) -> SendableRecordBatchStream
+    where
+        U: Send + Sync + 'static,
+        S: Stream<Item = F> + Send + 'static,
+        F: Future<Output = DfResult<Done>> + Send + 'static,
+    {
+        use futures::TryStreamExt;
+        let (parallel, ordered) = (self.call.parallel, self.call.ordered);
+        let (schema, end) = (Arc::clone(&self.schema), self.end());
+        let results = if ordered {
+            calls.buffered(parallel).boxed()
+        } else {
+            calls.buffer_unordered(parallel).boxed()
+        };
+        let stream = results
+            .try_filter_map(move |done| futures::future::ready(Ok(self.emit(done))))
+            .inspect_ok(move |b| baseline.record_output(b.num_rows()))
+            .chain(end);
+        Box::pin(datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(schema, stream))
+    }
+
     /// Records rows `rows` of `batch` (whose first row is row `row_base` of
     /// the partition) as dropped by `on_error = skip`.
     pub fn skip(&self, batch: &RecordBatch, row_base: u64, rows: impl IntoIterator<Item = usize>) {

@@ -18,7 +18,6 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::error::Result as DfResult;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use futures::stream::{self, StreamExt, TryStreamExt};
 use udfchain_udfs::Mapper;
@@ -91,8 +90,6 @@ impl ExecutionPlan for MapExec {
             1
         };
         let mut seen = 0u64;
-        let out_schema = Arc::clone(&part.schema);
-        let end = part.end();
         let out = part.clone();
         let calls = input
             .map_ok(move |batch| {
@@ -119,14 +116,6 @@ impl ExecutionPlan for MapExec {
                     .await
                 }
             });
-        let stream = if call.ordered {
-            calls.buffered(call.parallel).boxed()
-        } else {
-            calls.buffer_unordered(call.parallel).boxed()
-        }
-        .try_filter_map(move |done| futures::future::ready(Ok(out.emit(done))))
-        .inspect_ok(move |b| baseline.record_output(b.num_rows()))
-        .chain(end);
-        Ok(Box::pin(RecordBatchStreamAdapter::new(out_schema, stream)))
+        Ok(out.output(calls, baseline))
     }
 }

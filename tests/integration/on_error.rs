@@ -730,10 +730,15 @@ async fn prefetch_copies_are_released_exactly_once_per_row() {
         }
         assert_eq!(report.metric("MapExec", "copies_left"), 0, "{case}");
         for (i, n) in names.iter().enumerate() {
-            assert_eq!(
-                fx.store.get_starts(n).len() - gets_before[i],
-                1,
-                "{case}: {n} downloaded once"
+            let gets = fx.store.get_starts(n).len() - gets_before[i];
+            // c2 is in rows 1 and 2 with nothing holding row 1 back: when row 1
+            // is done and released before row 2's fetch starts (a loaded
+            // machine), c2 is rightly gone and fetched again. Every other
+            // object is fetched once (row 3 waits until row 4 holds c4).
+            let allowed = if n.starts_with("c2.") { 1..=2 } else { 1..=1 };
+            assert!(
+                allowed.contains(&gets),
+                "{case}: {n} downloaded {gets} times"
             );
         }
         let left = no_prefetch_dirs_soon(&fx.tmp()).await;

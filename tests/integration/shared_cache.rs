@@ -1015,6 +1015,8 @@ struct StressResult {
     corrupt: usize,
     errors: usize,
     fetched: usize,
+    /// The first errors the child printed, for the assertion message.
+    stderr: String,
 }
 
 /// Runs `STRESS_PROCS` children on the cache `dir`, started together, each
@@ -1055,7 +1057,10 @@ async fn run_stress(dir: &Path, store: &str, limit: Option<u64>) -> Vec<StressRe
             .lines()
             .find_map(|l| l.strip_prefix("stress-result "))
             .unwrap_or_else(|| panic!("no result: {stdout}"));
-        let mut r = StressResult::default();
+        let mut r = StressResult {
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            ..StressResult::default()
+        };
         for kv in line.split_whitespace() {
             let (k, v) = kv.split_once('=').expect("k=v");
             let v: usize = v.parse().expect("number");
