@@ -17,7 +17,7 @@ use datafusion::arrow::util::pretty::pretty_format_batches;
 use datafusion::physical_plan::ExecutionPlan;
 use futures::StreamExt;
 use udfchain::cache::SharedCache;
-use udfchain::progress::{self, Display};
+use udfchain::progress;
 use udfchain::script::{Execution, Output, locate, split};
 use udfchain::util::redact::redact;
 use udfchain::{Catalog, Error, ScriptRunner, Session, Settings, col};
@@ -328,15 +328,8 @@ async fn run_with_progress(
         }
         Ok::<_, Error>(batches)
     };
-    let mut display = Display::new(on);
-    let (batches, last) = progress::watch(&plan, run, |p| display.update(p)).await;
-    display.finish();
-    let batches = batches?;
-    if on && last.is_long() {
-        let rows = batches.iter().map(|b| b.num_rows()).sum();
-        eprintln!("{}", last.summary(rows));
-    }
-    Ok(batches)
+    let rows = |b: &Vec<RecordBatch>| b.iter().map(|b| b.num_rows()).sum();
+    progress::run(&plan, run, on, |_| {}, rows).await
 }
 
 struct Printer {

@@ -35,7 +35,7 @@ use udfchain_udfs::{
 use crate::dataset::{Catalog, DatasetInfo};
 use crate::error::{Error, Result};
 use crate::plan::{RunReport, UdfKind, UdfNode};
-use crate::progress::{self, Display, Progress};
+use crate::progress::{self, Progress};
 use crate::session::Session;
 use crate::storage::{Location, StorageTable};
 use crate::util::redact::redact;
@@ -590,31 +590,8 @@ impl Chain {
         let ctx = Arc::new(df.task_ctx());
         let physical = df.create_physical_plan().await?;
         let run = datafusion::physical_plan::collect(Arc::clone(&physical), ctx);
-        let batches = self.watch(&physical, run, on_progress).await?;
-        Ok(batches)
-    }
-
-    /// Runs `run` (which executes `plan`) under the progress display and
-    /// callback; prints the summary after a successful run when `progress` is on.
-    async fn watch<T: Rows>(
-        &self,
-        plan: &Arc<dyn datafusion::physical_plan::ExecutionPlan>,
-        run: impl std::future::Future<Output = datafusion::error::Result<T>>,
-        mut on_progress: impl FnMut(&Progress),
-    ) -> Result<T> {
-        let on = self.settings.get_progress();
-        let mut display = Display::new(on);
-        let (out, last) = progress::watch(plan, run, |p| {
-            display.update(p);
-            on_progress(p);
-        })
-        .await;
-        display.finish();
-        let out = out?;
-        if on && last.is_long() {
-            eprintln!("{}", last.summary(out.rows()));
-        }
-        Ok(out)
+        let show = self.settings.get_progress();
+        Ok(progress::run(&physical, run, show, on_progress, |b| rows(b)).await?)
     }
 
     /// Runs the chain and converts every row to `T` (fields named like columns).
@@ -735,13 +712,10 @@ impl Chain {
         let df = DataFrame::new(state, copy);
         let ctx = Arc::new(df.task_ctx());
         let physical = df.create_physical_plan().await?;
-        let run = async {
-            datafusion::physical_plan::collect(Arc::clone(&physical), ctx)
-                .await
-                .map(WrittenRows)
-        };
-        let written = self.watch(&physical, run, on_progress).await?;
-        Ok((schema, written.rows() as u64, query))
+        let run = datafusion::physical_plan::collect(Arc::clone(&physical), ctx);
+        let show = self.settings.get_progress();
+        let counts = progress::run(&physical, run, show, on_progress, |c| written(c)).await?;
+        Ok((schema, written(&counts) as u64, query))
     }
 
     /// Writes the result as one Parquet file at `uri` (local or in a store).
@@ -831,32 +805,21 @@ fn empty_plan() -> LogicalPlan {
     })
 }
 
-/// The rows a run produced, for its summary line.
-trait Rows {
-    fn rows(&self) -> usize;
+fn rows(batches: &[RecordBatch]) -> usize {
+    batches.iter().map(|b| b.num_rows()).sum()
 }
 
-impl Rows for Vec<RecordBatch> {
-    fn rows(&self) -> usize {
-        self.iter().map(|b| b.num_rows()).sum()
-    }
-}
-
-/// The result of a `COPY TO`: one `count` column of rows written.
-struct WrittenRows(Vec<RecordBatch>);
-
-impl Rows for WrittenRows {
-    fn rows(&self) -> usize {
-        self.0
-            .first()
-            .and_then(|b| {
-                b.column(0)
-                    .as_any()
-                    .downcast_ref::<datafusion::arrow::array::UInt64Array>()
-            })
-            .map(|a| a.iter().flatten().sum::<u64>() as usize)
-            .unwrap_or(0)
-    }
+/// The rows a `COPY TO` wrote: the sum of its one `count` column.
+fn written(counts: &[RecordBatch]) -> usize {
+    counts
+        .first()
+        .and_then(|b| {
+            b.column(0)
+                .as_any()
+                .downcast_ref::<datafusion::arrow::array::UInt64Array>()
+        })
+        .map(|a| a.iter().flatten().sum::<u64>() as usize)
+        .unwrap_or(0)
 }
 
 /// The data file of a dataset version.

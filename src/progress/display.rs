@@ -43,14 +43,24 @@ impl Display {
         };
         let lines = p.lines();
         while bars.len() < lines.len() {
+            // A spinner on the first line (it turns on every sample), the UDF
+            // lines indented under it.
+            let template = if bars.is_empty() {
+                "{spinner} {msg}"
+            } else {
+                "  {msg}"
+            };
             let bar = ProgressBar::new_spinner();
-            if let Ok(style) = ProgressStyle::with_template("{spinner} {msg}") {
+            if let Ok(style) = ProgressStyle::with_template(template) {
                 bar.set_style(style);
             }
             bars.push(multi.add(bar));
         }
         for (bar, line) in bars.iter().zip(lines) {
             bar.set_message(line);
+        }
+        if let Some(first) = bars.first() {
+            first.tick();
         }
     }
 

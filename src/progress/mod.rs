@@ -263,6 +263,34 @@ pub async fn watch<T>(
     }
 }
 
+/// Runs `run` (which executes `plan`) under [`watch`]: a [`Display`] when
+/// `show` (drawn only on a terminal outside CI) and `on_progress` on every
+/// sample; after a successful run that [`Progress::is_long`], prints
+/// [`Progress::summary`] of `rows(&output)` on stderr when `show`.
+///
+/// # Cancel safety
+/// As [`watch`]; the display is cleared when the future is dropped.
+pub async fn run<T, E>(
+    plan: &Arc<dyn ExecutionPlan>,
+    run: impl Future<Output = Result<T, E>>,
+    show: bool,
+    mut on_progress: impl FnMut(&Progress),
+    rows: impl FnOnce(&T) -> usize,
+) -> Result<T, E> {
+    let mut display = Display::new(show);
+    let (out, last) = watch(plan, run, |p| {
+        display.update(p);
+        on_progress(p);
+    })
+    .await;
+    display.finish();
+    let out = out?;
+    if show && last.is_long() {
+        eprintln!("{}", last.summary(rows(&out)));
+    }
+    Ok(out)
+}
+
 /// Name, kind and whether it passes on every input row (and so counts input
 /// rows done), for a UDF operator.
 fn udf(p: &dyn ExecutionPlan) -> Option<(String, &'static str, bool)> {
