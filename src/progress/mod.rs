@@ -186,7 +186,7 @@ impl Progress {
 
     /// The display's lines: listing and downloads, then one per UDF.
     pub fn lines(&self) -> Vec<String> {
-        let mut first = format!("{}", duration(self.elapsed));
+        let mut first = duration(self.elapsed);
         if self.has_listing {
             first.push_str(&format!(
                 "  listed {} files{}",
