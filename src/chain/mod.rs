@@ -18,7 +18,6 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::util::pretty::pretty_format_batches;
 use datafusion::catalog::TableProvider;
 use datafusion::common::JoinType;
-use datafusion::dataframe::DataFrameWriteOptions;
 use datafusion::datasource::{MemTable, provider_as_source};
 use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder, SortExpr};
 use datafusion::physical_plan::display::DisplayableExecutionPlan;
@@ -558,7 +557,9 @@ impl Chain {
         self.collect_watched(|_| {}).await
     }
 
-    /// Shows the progress of this chain's runs (`collect`, `save`, ...): a
+    /// Shows the progress of this chain's runs (`collect`, `to_rows`, `show`,
+    /// `save`, `to_parquet`, `collect_with_report`, `explain_analyze`; not
+    /// `stream`, whose consumer sets the pace, nor `count`): a
     /// live display on stderr when it is a terminal and `CI` is unset, and a
     /// one-line summary on stderr after each run over files (or of a second
     /// or more), e.g. `3000 rows, 3000 files, 2.9 MiB fetched in 1.4 s`. Same as
@@ -679,17 +680,12 @@ impl Chain {
         }
     }
 
-    /// Writes the rows into `dir` as one Parquet file: the plan of
-    /// `DataFrame::write_parquet` (a `COPY TO`), executed here so that its
-    /// operators' metrics can be watched while it runs.
+    /// Writes the rows into `dir` as one Parquet file (see `write_parquet`).
     async fn write_dataset(
         &self,
         dir: &std::path::Path,
         on_progress: impl FnMut(&Progress),
     ) -> Result<(String, u64, String)> {
-        use datafusion::datasource::file_format::format_as_file_type;
-        use datafusion::datasource::file_format::parquet::ParquetFormatFactory;
-
         let df = self.dataframe().await?;
         let query = redact(&df.logical_plan().display_indent().to_string()).into_owned();
         let schema = df
@@ -700,6 +696,22 @@ impl Chain {
             .collect::<Vec<_>>()
             .join("\n");
         let path = dir.join(DATA_FILE).display().to_string();
+        let rows = self.write_parquet(df, path, on_progress).await?;
+        Ok((schema, rows as u64, query))
+    }
+
+    /// Writes `df` as one Parquet file at `path` and returns the rows written:
+    /// the plan of `DataFrame::write_parquet` (a `COPY TO`), executed here so
+    /// that its operators' metrics can be watched while it runs.
+    async fn write_parquet(
+        &self,
+        df: DataFrame,
+        path: String,
+        on_progress: impl FnMut(&Progress),
+    ) -> Result<usize> {
+        use datafusion::datasource::file_format::format_as_file_type;
+        use datafusion::datasource::file_format::parquet::ParquetFormatFactory;
+
         let (state, plan) = df.into_parts();
         let copy = LogicalPlanBuilder::copy_to(
             plan,
@@ -715,7 +727,7 @@ impl Chain {
         let run = datafusion::physical_plan::collect(Arc::clone(&physical), ctx);
         let show = self.settings.get_progress();
         let counts = progress::run(&physical, run, show, on_progress, |c| written(c)).await?;
-        Ok((schema, written(&counts) as u64, query))
+        Ok(written(&counts))
     }
 
     /// Writes the result as one Parquet file at `uri` (local or in a store).
@@ -727,11 +739,8 @@ impl Chain {
                 self.settings.get_storage_options(),
             )?;
         }
-        let opts = DataFrameWriteOptions::new().with_single_file_output(true);
-        self.dataframe()
-            .await?
-            .write_parquet(uri, opts, None)
-            .await?;
+        let df = self.dataframe().await?;
+        self.write_parquet(df, uri.to_string(), |_| {}).await?;
         Ok(())
     }
 
@@ -774,7 +783,9 @@ impl Chain {
     )> {
         let physical = self.dataframe().await?.create_physical_plan().await?;
         let ctx = self.session.context().task_ctx();
-        let batches = datafusion::physical_plan::collect(Arc::clone(&physical), ctx).await?;
+        let run = datafusion::physical_plan::collect(Arc::clone(&physical), ctx);
+        let show = self.settings.get_progress();
+        let batches = progress::run(&physical, run, show, |_| {}, |b| rows(b)).await?;
         Ok((batches, physical))
     }
 }
