@@ -8,7 +8,8 @@
 //! down between samples (they are sums of monotone counters). A UDF's `total`
 //! is only given when it is exact: the listing below it has ended and every
 //! operator between them passes each row on (no filter, limit, generator or
-//! `on_error = skip` drop so far). Sampling runs in the caller's task: no task
+//! `on_error = skip` drop so far); until the listing ends, `listed` gives the
+//! rows listed so far. Sampling runs in the caller's task: no task
 //! is spawned, dropping the future stops both run and timer.
 //!
 //! [`Display`] draws a [`Progress`] on stderr (indicatif: one line of
@@ -68,6 +69,9 @@ pub struct UdfProgress {
     pub rows: usize,
     /// Input rows in all, when exact (see the module header).
     pub total: Option<usize>,
+    /// While the listing below still runs (and rows pass on as for `total`):
+    /// the input rows listed so far, a lower bound of the total.
+    pub listed: Option<usize>,
     /// `rows` per second since the start.
     pub rate: f64,
 }
@@ -129,16 +133,21 @@ impl Progress {
             } else {
                 m.get("output_rows")
             };
-            let total = if preserves {
-                plan.children().first().and_then(|c| exact_rows(c))
-            } else {
-                None
+            let below = match (preserves, plan.children().first()) {
+                (true, Some(child)) => input_rows(child),
+                _ => None,
+            };
+            let (total, listed) = match below {
+                Some((n, true)) => (Some(n), None),
+                Some((n, false)) => (None, Some(n)),
+                None => (None, None),
             };
             self.udfs.push(UdfProgress {
                 name,
                 kind,
                 rows,
                 total,
+                listed,
                 rate: 0.0,
             });
         }
@@ -222,10 +231,13 @@ impl Progress {
                         total
                     ));
                 }
-                None if u.kind == "map" || u.kind == "batch_map" => {
-                    line.push_str(&format!("{} rows", u.rows));
-                }
-                None => line.push_str(&format!("{} rows out", u.rows)),
+                None => match u.listed {
+                    Some(listed) => line.push_str(&format!("{}/{listed}+ rows", u.rows)),
+                    None if u.kind == "map" || u.kind == "batch_map" => {
+                        line.push_str(&format!("{} rows", u.rows));
+                    }
+                    None => line.push_str(&format!("{} rows out", u.rows)),
+                },
             }
             line.push_str(&format!(", {:.0} rows/s", u.rate));
             lines.push(line);
@@ -306,13 +318,13 @@ fn udf(p: &dyn ExecutionPlan) -> Option<(String, &'static str, bool)> {
     }
 }
 
-/// The number of rows `plan` produces in all, if already known exactly: a
-/// finished listing under operators that pass each row on.
-fn exact_rows(plan: &Arc<dyn ExecutionPlan>) -> Option<usize> {
+/// The rows `plan` produces from a listing under operators that pass each row
+/// on: the files listed so far and whether that is all of them.
+fn input_rows(plan: &Arc<dyn ExecutionPlan>) -> Option<(usize, bool)> {
     let p = plan.as_ref();
     if p.name() == "ListingExec" {
         let m = metrics(p);
-        return (m.get("listing_done") > 0).then(|| m.get("files_listed"));
+        return Some((m.get("files_listed"), m.get("listing_done") > 0));
     }
     let passes_rows = match p.name() {
         "ProjectionExec"
@@ -329,7 +341,7 @@ fn exact_rows(plan: &Arc<dyn ExecutionPlan>) -> Option<usize> {
     };
     let children = plan.children();
     match (passes_rows, children.as_slice()) {
-        (true, [child]) => exact_rows(child),
+        (true, [child]) => input_rows(child),
         _ => None,
     }
 }
@@ -407,6 +419,7 @@ mod tests {
                 kind: "map",
                 rows: 1500,
                 total: Some(3000),
+                listed: None,
                 rate: 1000.0,
             }],
             files_fetched: 3000,
@@ -447,10 +460,11 @@ mod tests {
         let mut p = sample();
         p.listing_done = false;
         p.udfs[0].total = None;
+        p.udfs[0].listed = Some(2000);
         p.eta = None;
         let lines = p.lines();
         assert!(lines[0].contains("listed 3000 files..."), "{lines:?}");
-        assert!(lines[1].contains("1500 rows, "), "{lines:?}");
+        assert!(lines[1].contains(" 1500/2000+ rows, "), "{lines:?}");
         assert!(!lines[0].contains("ETA"), "{lines:?}");
     }
 

@@ -200,9 +200,12 @@ fn check_samples(samples: &[Progress], n: usize, udfs: &[&str]) {
         for (a, b) in w[0].udfs.iter().zip(&w[1].udfs) {
             assert!(a.rows <= b.rows, "{w:?}");
         }
-        // A total, once given, is the final one.
+        // A total, once given, is the final one; before it, the rows listed
+        // so far bound it from below.
         for u in &w[0].udfs {
             assert!(u.total.is_none_or(|t| t == n), "{w:?}");
+            assert!(u.total.is_none() || u.listed.is_none(), "{w:?}");
+            assert!(u.listed.is_none_or(|l| l <= n && u.rows <= l), "{w:?}");
         }
     }
     assert_eq!(last.files_listed, n);
