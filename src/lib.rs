@@ -17,7 +17,8 @@
 //! Layout, in layers whose imports point down only (see the README's
 //! architecture section): `chain/` the builder and `dataset/` the catalog;
 //! `session/` the DataFusion context; `plan/` the logical UDF node, its planner
-//! and one physical operator per file; `cache/` local copies of stored files (the
+//! and one physical operator per file; `progress/` a running plan's progress read
+//! from its metrics (display, summary, callback); `cache/` local copies of stored files (the
 //! per-UDF temporary cache and the shared persistent cache); `storage/` stores,
 //! listing and downloads; at the bottom `runtime/` (the UDF pool), `settings`,
 //! `error` and `util/`. The UDF contract itself lives in the `udfchain-udfs` crate.
@@ -27,6 +28,7 @@ pub mod chain;
 pub mod dataset;
 pub mod error;
 pub mod plan;
+pub mod progress;
 pub mod runtime;
 pub mod script;
 pub mod session;
@@ -38,6 +40,7 @@ pub use chain::{Chain, OnError, Prefetch, Settings, col};
 pub use dataset::{Catalog, DatasetInfo};
 pub use error::{Error, Result};
 pub use plan::{OperatorReport, RunReport};
+pub use progress::Progress;
 pub use script::{Output, ScriptRunner};
 pub use session::Session;
 pub use udfchain_udfs as udfs;

@@ -1,12 +1,15 @@
 //! The `udfchain` command line: run scripts and queries, list storage, manage
 //! datasets and the shared cache. Errors print one line (`--verbose`: the chain
-//! of causes) and exit non-zero; long runs show a progress line on a terminal.
+//! of causes) and exit non-zero. Statements that run a plan (queries,
+//! `CREATE DATASET`, `EXPLAIN ANALYZE`) show a live progress display on stderr
+//! when it is a terminal and `CI` is unset, then a one-line summary on stderr
+//! (in pipes too) if they worked on files; `--quiet` turns both off. Standard
+//! output only ever gets results.
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand, ValueEnum};
 use datafusion::arrow::array::RecordBatch;
@@ -14,9 +17,10 @@ use datafusion::arrow::util::pretty::pretty_format_batches;
 use datafusion::physical_plan::ExecutionPlan;
 use futures::StreamExt;
 use udfchain::cache::SharedCache;
+use udfchain::progress;
 use udfchain::script::{Execution, Output, locate, split};
 use udfchain::util::redact::redact;
-use udfchain::{Catalog, Error, RunReport, ScriptRunner, Session, Settings, col};
+use udfchain::{Catalog, Error, ScriptRunner, Session, Settings, col};
 
 #[derive(Parser)]
 #[command(
@@ -37,6 +41,9 @@ struct Cli {
     /// Print the full chain of causes on error.
     #[arg(long, short, global = true)]
     verbose: bool,
+    /// No progress display and no summary line.
+    #[arg(long, short, global = true)]
+    quiet: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -139,7 +146,8 @@ async fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> udfchain::Result<()> {
-    let mut settings = Settings::new();
+    // Progress on unless --quiet (a script's `SET progress = off` still wins).
+    let mut settings = Settings::new().progress(!cli.quiet);
     if let Some(root) = &cli.root {
         settings = settings.root(root);
     }
@@ -293,7 +301,8 @@ async fn run_script(
                 }
                 Execution::Done(Output::Table(b)) => out.print(&b),
                 Execution::Plan { plan, ctx } => {
-                    let batches = stream_with_progress(plan, ctx).await?;
+                    let on = runner.settings().get_progress();
+                    let batches = run_with_progress(plan, ctx, on).await?;
                     out.print(&batches)
                 }
             }
@@ -304,42 +313,23 @@ async fn run_script(
     Ok(())
 }
 
-/// Executes a plan; on a terminal, shows rows/s and the prefetch counters.
-async fn stream_with_progress(
+/// Executes a plan; when `on`, shows its progress (on a terminal) and then
+/// the summary line on stderr.
+async fn run_with_progress(
     plan: Arc<dyn ExecutionPlan>,
     ctx: Arc<datafusion::execution::TaskContext>,
+    on: bool,
 ) -> udfchain::Result<Vec<RecordBatch>> {
-    let mut stream = datafusion::physical_plan::execute_stream(Arc::clone(&plan), ctx)?;
-    let bar = std::io::stderr().is_terminal().then(|| {
-        let bar = indicatif::ProgressBar::new_spinner();
-        bar.enable_steady_tick(Duration::from_millis(120));
-        bar
-    });
-    let start = Instant::now();
-    let (mut rows, mut batches, mut last) = (0usize, Vec::new(), Instant::now());
-    while let Some(batch) = stream.next().await {
-        let batch = batch?;
-        rows += batch.num_rows();
-        batches.push(batch);
-        if let Some(bar) = &bar
-            && last.elapsed() > Duration::from_millis(200)
-        {
-            last = Instant::now();
-            let r = RunReport::from_plan(&plan);
-            let secs = start.elapsed().as_secs_f64().max(1e-9);
-            bar.set_message(format!(
-                "{rows} rows ({:.0}/s), {} files, {} bytes fetched, {} cache hits",
-                rows as f64 / secs,
-                r.metric("PrefetchExec", "files_fetched"),
-                r.metric("PrefetchExec", "bytes_fetched"),
-                r.metric("PrefetchExec", "cache_hits"),
-            ));
+    let run = async {
+        let mut stream = datafusion::physical_plan::execute_stream(Arc::clone(&plan), ctx)?;
+        let mut batches = Vec::new();
+        while let Some(batch) = stream.next().await {
+            batches.push(batch?);
         }
-    }
-    if let Some(bar) = bar {
-        bar.finish_and_clear();
-    }
-    Ok(batches)
+        Ok::<_, Error>(batches)
+    };
+    let rows = |b: &Vec<RecordBatch>| b.iter().map(|b| b.num_rows()).sum();
+    progress::run(&plan, run, on, |_| {}, rows).await
 }
 
 struct Printer {

@@ -72,6 +72,7 @@ pub struct Settings {
     root: Option<PathBuf>,
     memory_limit: Option<usize>,
     memory_file_limit: Option<u64>,
+    progress: Option<bool>,
     storage_options: BTreeMap<String, String>,
 }
 
@@ -102,6 +103,7 @@ impl std::fmt::Debug for Settings {
             .field("root", &self.root)
             .field("memory_limit", &self.memory_limit)
             .field("memory_file_limit", &self.memory_file_limit)
+            .field("progress", &self.progress)
             .field("storage_options", &options)
             .finish()
     }
@@ -228,6 +230,7 @@ impl Settings {
         "root",
         "memory_limit",
         "memory_file_limit",
+        "progress",
     ];
 
     /// Sets a setting by name from text, as `SET name = value` in scripts and
@@ -300,6 +303,7 @@ impl Settings {
                     .map_err(|_| bad("a size in bytes this machine can address"))?,
             ),
             "memory_file_limit" => self.memory_file_limit(size(0)?),
+            "progress" => self.progress(boolean()?),
             "root" if v.is_empty() => return Err(bad("a directory")),
             "root" => self.root(value),
             "on_error" => self.on_error(match v.to_ascii_lowercase().as_str() {
@@ -324,6 +328,18 @@ impl Settings {
         })
     }
 
+    /// Show the progress of runs (default off): a live display on stderr when
+    /// stderr is a terminal and `CI` is unset, and a one-line summary on
+    /// stderr after each run (also in pipes). See `crate::progress`.
+    pub fn progress(mut self, on: bool) -> Self {
+        self.progress = Some(on);
+        self
+    }
+
+    pub fn get_progress(&self) -> bool {
+        self.progress.unwrap_or(false)
+    }
+
     /// `other`'s set fields override `self`'s.
     pub fn merge(mut self, other: &Settings) -> Self {
         macro_rules! take {
@@ -341,7 +357,8 @@ impl Settings {
             on_error,
             root,
             memory_limit,
-            memory_file_limit
+            memory_file_limit,
+            progress
         );
         self.storage_options.extend(
             other

@@ -18,7 +18,6 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::util::pretty::pretty_format_batches;
 use datafusion::catalog::TableProvider;
 use datafusion::common::JoinType;
-use datafusion::dataframe::DataFrameWriteOptions;
 use datafusion::datasource::{MemTable, provider_as_source};
 use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder, SortExpr};
 use datafusion::physical_plan::display::DisplayableExecutionPlan;
@@ -35,6 +34,7 @@ use udfchain_udfs::{
 use crate::dataset::{Catalog, DatasetInfo};
 use crate::error::{Error, Result};
 use crate::plan::{RunReport, UdfKind, UdfNode};
+use crate::progress::{self, Progress};
 use crate::session::Session;
 use crate::storage::{Location, StorageTable};
 use crate::util::redact::redact;
@@ -554,7 +554,45 @@ impl Chain {
     /// # Cancel safety
     /// Dropping the future cancels the run, its UDF calls and downloads.
     pub async fn collect(&self) -> Result<Vec<RecordBatch>> {
-        Ok(self.dataframe().await?.collect().await?)
+        self.collect_watched(|_| {}).await
+    }
+
+    /// Shows the progress of this chain's runs (`collect`, `to_rows`, `show`,
+    /// `save`, `to_parquet`, `collect_with_report`, `explain_analyze`; not
+    /// `stream`, whose consumer sets the pace, nor `count`): a
+    /// live display on stderr when it is a terminal and `CI` is unset, and a
+    /// one-line summary on stderr after each run over files (or of a second
+    /// or more), e.g. `3000 rows, 3000 files, 2.9 MiB fetched in 1.4 s`. Same as
+    /// `.settings(Settings::new().progress(on))`.
+    pub fn progress(mut self, on: bool) -> Self {
+        self.settings = self.settings.progress(on);
+        self
+    }
+
+    /// Runs the chain like [`collect`](Self::collect), calling `on_progress`
+    /// with the run's [`Progress`] at once, every [`TICK`](crate::progress::TICK)
+    /// while it runs (read from the operators' metrics), and once after it
+    /// ended (`finished = true`, final counts).
+    ///
+    /// # Cancel safety
+    /// Dropping the future cancels the run; `on_progress` is not called again.
+    pub async fn collect_with_progress(
+        &self,
+        on_progress: impl FnMut(&Progress),
+    ) -> Result<Vec<RecordBatch>> {
+        self.collect_watched(on_progress).await
+    }
+
+    async fn collect_watched(
+        &self,
+        on_progress: impl FnMut(&Progress),
+    ) -> Result<Vec<RecordBatch>> {
+        let df = self.dataframe().await?;
+        let ctx = Arc::new(df.task_ctx());
+        let physical = df.create_physical_plan().await?;
+        let run = datafusion::physical_plan::collect(Arc::clone(&physical), ctx);
+        let show = self.settings.get_progress();
+        Ok(progress::run(&physical, run, show, on_progress, |b| rows(b)).await?)
     }
 
     /// Runs the chain and converts every row to `T` (fields named like columns).
@@ -611,10 +649,24 @@ impl Chain {
     /// to completion. A killed process leaves no visible version; its partial
     /// files are removed by the next `Catalog::open` under the root.
     pub async fn save(&self, name: &str) -> Result<DatasetInfo> {
+        self.save_with_progress(name, |_| {}).await
+    }
+
+    /// Saves like [`save`](Self::save), calling `on_progress` as
+    /// [`collect_with_progress`](Self::collect_with_progress) does while the
+    /// rows are computed and written.
+    ///
+    /// # Cancel safety
+    /// As [`save`](Self::save).
+    pub async fn save_with_progress(
+        &self,
+        name: &str,
+        on_progress: impl FnMut(&Progress),
+    ) -> Result<DatasetInfo> {
         crate::dataset::check_name(name)?;
         let catalog = Catalog::open_async(self.settings.get_root()).await?;
         let staging = catalog.staging_dir_async().await?;
-        match self.write_dataset(staging.path()).await {
+        match self.write_dataset(staging.path(), on_progress).await {
             Ok((schema, rows, query)) => {
                 catalog
                     .commit_async(name, staging, schema, rows, query)
@@ -628,7 +680,12 @@ impl Chain {
         }
     }
 
-    async fn write_dataset(&self, dir: &std::path::Path) -> Result<(String, u64, String)> {
+    /// Writes the rows into `dir` as one Parquet file (see `write_parquet`).
+    async fn write_dataset(
+        &self,
+        dir: &std::path::Path,
+        on_progress: impl FnMut(&Progress),
+    ) -> Result<(String, u64, String)> {
         let df = self.dataframe().await?;
         let query = redact(&df.logical_plan().display_indent().to_string()).into_owned();
         let schema = df
@@ -639,18 +696,38 @@ impl Chain {
             .collect::<Vec<_>>()
             .join("\n");
         let path = dir.join(DATA_FILE).display().to_string();
-        let opts = DataFrameWriteOptions::new().with_single_file_output(true);
-        let counts = df.write_parquet(&path, opts, None).await?;
-        let rows = counts
-            .first()
-            .and_then(|b| {
-                b.column(0)
-                    .as_any()
-                    .downcast_ref::<datafusion::arrow::array::UInt64Array>()
-            })
-            .map(|a| a.iter().flatten().sum())
-            .unwrap_or(0);
-        Ok((schema, rows, query))
+        let rows = self.write_parquet(df, path, on_progress).await?;
+        Ok((schema, rows as u64, query))
+    }
+
+    /// Writes `df` as one Parquet file at `path` and returns the rows written:
+    /// the plan of `DataFrame::write_parquet` (a `COPY TO`), executed here so
+    /// that its operators' metrics can be watched while it runs.
+    async fn write_parquet(
+        &self,
+        df: DataFrame,
+        path: String,
+        on_progress: impl FnMut(&Progress),
+    ) -> Result<usize> {
+        use datafusion::datasource::file_format::format_as_file_type;
+        use datafusion::datasource::file_format::parquet::ParquetFormatFactory;
+
+        let (state, plan) = df.into_parts();
+        let copy = LogicalPlanBuilder::copy_to(
+            plan,
+            path,
+            format_as_file_type(Arc::new(ParquetFormatFactory::new())),
+            [("single_file_output".to_string(), "true".to_string())].into(),
+            vec![],
+        )?
+        .build()?;
+        let df = DataFrame::new(state, copy);
+        let ctx = Arc::new(df.task_ctx());
+        let physical = df.create_physical_plan().await?;
+        let run = datafusion::physical_plan::collect(Arc::clone(&physical), ctx);
+        let show = self.settings.get_progress();
+        let counts = progress::run(&physical, run, show, on_progress, |c| written(c)).await?;
+        Ok(written(&counts))
     }
 
     /// Writes the result as one Parquet file at `uri` (local or in a store).
@@ -662,11 +739,8 @@ impl Chain {
                 self.settings.get_storage_options(),
             )?;
         }
-        let opts = DataFrameWriteOptions::new().with_single_file_output(true);
-        self.dataframe()
-            .await?
-            .write_parquet(uri, opts, None)
-            .await?;
+        let df = self.dataframe().await?;
+        self.write_parquet(df, uri.to_string(), |_| {}).await?;
         Ok(())
     }
 
@@ -709,7 +783,9 @@ impl Chain {
     )> {
         let physical = self.dataframe().await?.create_physical_plan().await?;
         let ctx = self.session.context().task_ctx();
-        let batches = datafusion::physical_plan::collect(Arc::clone(&physical), ctx).await?;
+        let run = datafusion::physical_plan::collect(Arc::clone(&physical), ctx);
+        let show = self.settings.get_progress();
+        let batches = progress::run(&physical, run, show, |_| {}, |b| rows(b)).await?;
         Ok((batches, physical))
     }
 }
@@ -738,6 +814,23 @@ fn empty_plan() -> LogicalPlan {
         produce_one_row: false,
         schema: Arc::new(datafusion::common::DFSchema::empty()),
     })
+}
+
+fn rows(batches: &[RecordBatch]) -> usize {
+    batches.iter().map(|b| b.num_rows()).sum()
+}
+
+/// The rows a `COPY TO` wrote: the sum of its one `count` column.
+fn written(counts: &[RecordBatch]) -> usize {
+    counts
+        .first()
+        .and_then(|b| {
+            b.column(0)
+                .as_any()
+                .downcast_ref::<datafusion::arrow::array::UInt64Array>()
+        })
+        .map(|a| a.iter().flatten().sum::<u64>() as usize)
+        .unwrap_or(0)
 }
 
 /// The data file of a dataset version.

@@ -169,9 +169,13 @@ impl ScriptRunner {
             }
             Kind::Explain { .. } | Kind::Sql => match Box::pin(self.execute(stmt)).await? {
                 Execution::Done(out) => Ok(out),
-                Execution::Plan { plan, ctx } => Ok(Output::Table(
-                    datafusion::physical_plan::collect(plan, ctx).await?,
-                )),
+                Execution::Plan { plan, ctx } => {
+                    let run = datafusion::physical_plan::collect(Arc::clone(&plan), ctx);
+                    let show = self.settings().get_progress();
+                    let rows = |b: &Vec<RecordBatch>| b.iter().map(|b| b.num_rows()).sum();
+                    let batches = crate::progress::run(&plan, run, show, |_| {}, rows).await?;
+                    Ok(Output::Table(batches))
+                }
             },
         }
     }

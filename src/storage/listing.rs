@@ -7,6 +7,12 @@
 //! the next page is requested while the second half of the current one is consumed;
 //! a file's `path` is its key below the prefix verbatim, and its `etag` and
 //! `version` are what later reads are pinned to.
+//!
+//! Metrics (read while the scan runs, e.g. by the progress display):
+//! `files_listed` counts the files the listing has produced (after the glob),
+//! and the gauge `listing_done` turns 1 once the listing has ended without
+//! error (every file listed, or `limit` reached), so `files_listed` is then
+//! the total.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -23,6 +29,7 @@ use datafusion::logical_expr::{Expr, TableType};
 use datafusion::object_store::ObjectMeta;
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
 use datafusion::physical_plan::stream::RecordBatchReceiverStream;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
@@ -133,6 +140,7 @@ pub struct ListingExec {
     schema: SchemaRef,
     limit: Option<usize>,
     properties: Arc<PlanProperties>,
+    metrics: ExecutionPlanMetricsSet,
 }
 
 impl ListingExec {
@@ -154,6 +162,7 @@ impl ListingExec {
             schema,
             limit,
             properties: Arc::new(properties),
+            metrics: ExecutionPlanMetricsSet::new(),
         }
     }
 }
@@ -188,6 +197,10 @@ impl ExecutionPlan for ListingExec {
         vec![]
     }
 
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+
     fn apply_expressions(
         &self,
         _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DfResult<TreeNodeRecursion>,
@@ -204,7 +217,7 @@ impl ExecutionPlan for ListingExec {
 
     fn execute(
         &self,
-        _partition: usize,
+        partition: usize,
         context: Arc<TaskContext>,
     ) -> DfResult<SendableRecordBatchStream> {
         let t = &self.table;
@@ -228,6 +241,8 @@ impl ExecutionPlan for ListingExec {
         };
         let glob = self.glob.clone();
         let source = loc.source.clone();
+        let listed = MetricBuilder::new(&self.metrics).counter("files_listed", partition);
+        let done = MetricBuilder::new(&self.metrics).gauge("listing_done", partition);
         let files = metas
             .map_err(move |e| {
                 Error::Storage {
@@ -239,6 +254,9 @@ impl ExecutionPlan for ListingExec {
             .try_filter_map(move |meta| {
                 let file = to_file(&loc, &source, meta);
                 let keep = glob.as_ref().is_none_or(|g| g.is_match(&file.path));
+                if keep {
+                    listed.add(1);
+                }
                 futures::future::ready(Ok(keep.then_some(file)))
             });
         let files = match self.limit {
@@ -262,9 +280,11 @@ impl ExecutionPlan for ListingExec {
             while let Some(batch) = batches.next().await {
                 let failed = batch.is_err();
                 if tx.send(batch).await.is_err() || failed {
-                    break;
+                    return Ok(());
                 }
             }
+            // The last batch is queued: every file is counted.
+            done.set(1);
             Ok(())
         });
         Ok(ahead.build())

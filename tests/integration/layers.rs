@@ -14,6 +14,7 @@ const LAYERS: &[&[&str]] = &[
     &["storage"],
     &["cache"],
     &["plan"],
+    &["progress"],
     &["session"],
     &["dataset"],
     &["chain"],
@@ -35,6 +36,7 @@ const ROOT_ITEMS: &[(&str, &str)] = &[
     ("Output", "script"),
     ("RunReport", "plan"),
     ("OperatorReport", "plan"),
+    ("Progress", "progress"),
 ];
 
 fn layer(module: &str) -> Option<usize> {

@@ -12,6 +12,7 @@ mod keys;
 mod layers;
 mod on_error;
 mod prefetch;
+mod progress;
 mod redaction;
 mod relational;
 mod scripts;
