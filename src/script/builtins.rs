@@ -1,25 +1,36 @@
-//! Built-in UDFs by name in SQL: `SELECT sha256(file) FROM read_storage('...')`.
+//! Built-in and registered UDFs by name in SQL, wherever an expression stands:
+//! `SELECT count(sha256(file)) FROM read_storage('...') WHERE line_count(file) > 1`.
 //!
-//! Each name is registered as a scalar function so DataFusion's SQL planner
-//! resolves and types it; the [`BuiltinRewrite`] analyzer rule then replaces
-//! every such call in a projection by a `map` UDF node under it — so the call
-//! gets the same `PrefetchExec` as from the Rust API. `image_size` reads only the
-//! header, so it is planned with `prefetch = 0`.
+//! Each name is registered as a scalar function stub so DataFusion's SQL planner
+//! resolves and types it; the [`BuiltinRewrite`] analyzer rule (it runs after
+//! type coercion, before every optimizer rule) then replaces each call in a
+//! projection, filter, sort, aggregate, window or join — in subqueries and CTEs
+//! too — by a column of a `map` UDF node placed directly on that operator's
+//! input, so the call gets the same `PrefetchExec` as from the Rust API. Output
+//! names stay as written. One UDF over the same column twice in a statement is
+//! one node, run once per row: its column flows up through filters, sorts and
+//! limits to the operator that reads it. The optimizer cannot push a filter or
+//! a projection through a UDF node (see `plan/node.rs`), so nothing moves below
+//! it. A call whose argument is not a File column is a plan error naming the
+//! UDF. `image_size` reads only the header, so it is planned with `prefetch = 0`.
 
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use datafusion::arrow::datatypes::DataType;
+use datafusion::common::Column;
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::logical_expr::expr::ScalarFunction;
+use datafusion::logical_expr::expr_rewriter::{NamePreserver, SavedName};
 use datafusion::logical_expr::{
     ColumnarValue, Expr, LogicalPlan, Projection, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
     Signature, Volatility,
 };
 use datafusion::optimizer::AnalyzerRule;
 use udfchain_udfs::builtins::{file_size, image_size, line_count, md5, read_text, sha256};
-use udfchain_udfs::{Mapper, UdfError, map_fn};
+use udfchain_udfs::{File, Mapper, UdfError, map_fn};
 
 use crate::chain::Settings;
 use crate::plan::{UdfKind, UdfNode};
@@ -100,15 +111,15 @@ impl ScalarUDFImpl for Stub {
     }
 
     fn invoke_with_args(&self, _args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
-        Err(DataFusionError::Plan(format!(
-            "{}() takes a column and must be called in a SELECT list",
-            self.name
-        )))
+        plan(format!(
+            "{}() takes a File column of a table, e.g. {}(file) FROM read_storage('...')",
+            self.name, self.name
+        ))
     }
 }
 
-/// Rewrites built-in calls in projections into UDF nodes with the script's
-/// current settings.
+/// Rewrites built-in and registered UDF calls, wherever an expression stands,
+/// into UDF nodes with the script's current settings.
 #[derive(Debug)]
 pub struct BuiltinRewrite {
     pub settings: Arc<Mutex<Settings>>,
@@ -121,63 +132,289 @@ impl AnalyzerRule for BuiltinRewrite {
     }
 
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> DfResult<LogicalPlan> {
+        let table = self.udfs.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let calls = |e: &Expr| {
+            e.exists(|x| {
+                Ok(matches!(x, Expr::ScalarFunction(f)
+                    if table.iter().any(|b| b.name == f.func.name())))
+            })
+        };
+        let mut any = false;
+        plan.apply_with_subqueries(|p| {
+            for e in p.expressions() {
+                any |= calls(&e)?;
+            }
+            Ok(if any {
+                TreeNodeRecursion::Stop
+            } else {
+                TreeNodeRecursion::Continue
+            })
+        })?;
+        if !any {
+            return Ok(plan);
+        }
+        let mut taken = HashSet::new();
+        plan.apply_with_subqueries(|p| {
+            taken.extend(p.schema().fields().iter().map(|f| f.name().clone()));
+            Ok(TreeNodeRecursion::Continue)
+        })?;
         let settings = self
             .settings
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        let table = self.udfs.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let mut next = 0usize;
-        plan.transform_up(|node| {
-            let LogicalPlan::Projection(p) = node else {
-                return Ok(Transformed::no(node));
-            };
-            let mut input = Arc::unwrap_or_clone(p.input.clone());
-            let mut changed = false;
-            let mut exprs = Vec::with_capacity(p.expr.len());
-            for e in &p.expr {
-                let name = e.schema_name().to_string();
-                let rewritten = e.clone().transform_up(|x| {
-                    let Expr::ScalarFunction(ScalarFunction { func, args }) = &x else {
-                        return Ok(Transformed::no(x));
-                    };
-                    let Some(b) = table.iter().find(|b| b.name == func.name()) else {
-                        return Ok(Transformed::no(x));
-                    };
-                    let [Expr::Column(c)] = args.as_slice() else {
-                        return Err(DataFusionError::Plan(format!(
-                            "{}() takes one column, e.g. {}(file)",
-                            b.name, b.name
-                        )));
-                    };
-                    let out = format!("__{}_{next}", b.name);
-                    next += 1;
-                    let udf = (b.make)(&c.name, &out)
-                        .map_err(|e| DataFusionError::Plan(e.to_string()))?;
-                    let mut s = settings.clone();
-                    if b.header_only {
-                        s = s.prefetch(0);
-                    }
-                    let node = UdfNode::try_new(input.clone(), UdfKind::Map(udf), s)
-                        .map_err(|e| e.into_df())?;
-                    input = node.into_plan();
-                    changed = true;
-                    Ok(Transformed::yes(datafusion::prelude::col(out)))
-                })?;
-                let expr = if rewritten.transformed {
-                    rewritten.data.alias(name)
-                } else {
-                    rewritten.data
-                };
-                exprs.push(expr);
-            }
-            if !changed {
-                return Ok(Transformed::no(LogicalPlan::Projection(p)));
-            }
-            Ok(Transformed::yes(LogicalPlan::Projection(
-                Projection::try_new(exprs, Arc::new(input))?,
-            )))
-        })
-        .map(|t| t.data)
+        let mut rewriter = Rewriter {
+            table,
+            settings,
+            taken,
+            next: 0,
+            made: Vec::new(),
+            generated: HashSet::new(),
+        };
+        let plan = plan
+            .transform_up_with_subqueries(|node| rewriter.node(node))?
+            .data;
+        rewriter.restore(plan)
     }
+}
+
+/// One UDF node made by the rewrite: `udf(arg)` is column `out` above it.
+struct Made {
+    udf: String,
+    arg: Column,
+    out: String,
+}
+
+/// The state of one rewrite: the columns it generated (UDF outputs, and
+/// arguments renamed where their name alone was ambiguous) and the calls made.
+struct Rewriter {
+    table: Vec<Builtin>,
+    settings: Settings,
+    taken: HashSet<String>,
+    next: usize,
+    made: Vec<Made>,
+    generated: HashSet<String>,
+}
+
+impl Rewriter {
+    /// A column name unused anywhere in the statement.
+    fn fresh(&mut self, base: &str) -> String {
+        loop {
+            let name = format!("__{base}_{}", self.next);
+            self.next += 1;
+            if self.taken.insert(name.clone()) {
+                self.generated.insert(name.clone());
+                return name;
+            }
+        }
+    }
+
+    fn has_generated(&self, plan: &LogicalPlan) -> bool {
+        plan.schema()
+            .fields()
+            .iter()
+            .any(|f| self.generated.contains(f.name()))
+    }
+
+    /// `plan` without the generated columns it carries (its schema before the
+    /// rewrite).
+    fn restore(&self, plan: LogicalPlan) -> DfResult<LogicalPlan> {
+        if !self.has_generated(&plan) {
+            return Ok(plan);
+        }
+        let keep = plan
+            .schema()
+            .iter()
+            .filter(|(_, f)| !self.generated.contains(f.name()))
+            .map(|(q, f)| Expr::Column(Column::new(q.cloned(), f.name())))
+            .collect::<Vec<_>>();
+        Ok(LogicalPlan::Projection(Projection::try_new(
+            keep,
+            Arc::new(plan),
+        )?))
+    }
+
+    /// Visits one node, its children already rewritten.
+    ///
+    /// Generated columns flow up through filters, sorts, limits, windows and
+    /// joins, and through projections that keep their argument (so a call
+    /// above reuses a node made below); aggregates end them, and every other
+    /// node (subquery, alias, union, distinct, ...) gets its children's schemas
+    /// back, so its own schema stays valid. The statement's root gets its
+    /// schema back too.
+    fn node(&mut self, plan: LogicalPlan) -> DfResult<Transformed<LogicalPlan>> {
+        let extras = plan.inputs().iter().any(|c| self.has_generated(c));
+        let plan = match plan {
+            LogicalPlan::Filter(_)
+            | LogicalPlan::Sort(_)
+            | LogicalPlan::Limit(_)
+            | LogicalPlan::Projection(_)
+            | LogicalPlan::Aggregate(_) => plan,
+            LogicalPlan::Window(_) | LogicalPlan::Join(_) if extras => plan.recompute_schema()?,
+            _ if extras => {
+                plan.map_children(|c| Ok(Transformed::yes(self.restore(c)?)))?
+                    .data
+            }
+            _ => plan,
+        };
+        let rewritten = match plan {
+            LogicalPlan::Projection(_)
+            | LogicalPlan::Filter(_)
+            | LogicalPlan::Sort(_)
+            | LogicalPlan::Aggregate(_)
+            | LogicalPlan::Window(_)
+            | LogicalPlan::Join(_) => self.exprs(plan)?,
+            _ => Transformed::no(plan),
+        };
+        let Transformed {
+            data, transformed, ..
+        } = rewritten;
+        let (data, passed) = match data {
+            LogicalPlan::Projection(p) => self.pass_through(p)?,
+            other => (other, false),
+        };
+        Ok(Transformed::new_transformed(
+            data,
+            transformed || extras || passed,
+        ))
+    }
+
+    /// Appends to a projection the UDF outputs of its input whose argument it
+    /// keeps as is, so an `ORDER BY` above reuses them.
+    fn pass_through(&self, p: Projection) -> DfResult<(LogicalPlan, bool)> {
+        let input = p.input.schema();
+        let out = &p.schema;
+        let more: Vec<Expr> = self
+            .made
+            .iter()
+            .filter(|m| {
+                input.has_column_with_unqualified_name(&m.out)
+                    && !out.has_column_with_unqualified_name(&m.out)
+                    && p.expr
+                        .iter()
+                        .any(|e| matches!(e, Expr::Column(c) if *c == m.arg))
+            })
+            .map(|m| Expr::Column(Column::new_unqualified(m.out.clone())))
+            .collect();
+        if more.is_empty() {
+            return Ok((LogicalPlan::Projection(p), false));
+        }
+        let mut exprs = p.expr;
+        exprs.extend(more);
+        Ok((
+            LogicalPlan::Projection(Projection::try_new(exprs, p.input)?),
+            true,
+        ))
+    }
+
+    /// Replaces the UDF calls in `plan`'s expressions by columns of UDF nodes
+    /// placed directly on its inputs; output names stay as they were.
+    fn exprs(&mut self, plan: LogicalPlan) -> DfResult<Transformed<LogicalPlan>> {
+        let exprs = plan.expressions();
+        let table = &self.table;
+        let mut any = false;
+        for e in &exprs {
+            any |= e.exists(|x| {
+                Ok(matches!(x, Expr::ScalarFunction(f)
+                    if table.iter().any(|b| b.name == f.func.name())))
+            })?;
+        }
+        if !any {
+            return Ok(Transformed::no(plan));
+        }
+        let names = matches!(
+            plan,
+            LogicalPlan::Projection(_) | LogicalPlan::Aggregate(_) | LogicalPlan::Window(_)
+        );
+        let preserver = NamePreserver::new(&plan);
+        let mut inputs: Vec<LogicalPlan> = plan.inputs().into_iter().cloned().collect();
+        let mut new = Vec::with_capacity(exprs.len());
+        for e in exprs {
+            let saved = if names && !matches!(e, Expr::GroupingSet(_)) {
+                preserver.save(&e)
+            } else {
+                SavedName::None
+            };
+            let e = e.transform_up(|x| self.call(x, &mut inputs))?.data;
+            new.push(saved.restore(e));
+        }
+        Ok(Transformed::yes(plan.with_new_exprs(new, inputs)?))
+    }
+
+    /// `udf(column)` -> the column of a UDF node over the input holding
+    /// `column`: the node already made there for the same call, else a new one.
+    fn call(&mut self, x: Expr, inputs: &mut [LogicalPlan]) -> DfResult<Transformed<Expr>> {
+        let Expr::ScalarFunction(ScalarFunction { func, args }) = &x else {
+            return Ok(Transformed::no(x));
+        };
+        let Some(b) = self.table.iter().find(|b| b.name == func.name()).cloned() else {
+            return Ok(Transformed::no(x));
+        };
+        let name = &b.name;
+        let takes = format!("{name}() takes a File column, e.g. {name}(file)");
+        let c = match args.as_slice() {
+            [Expr::Column(c)] => c.clone(),
+            [other] => return plan(format!("{takes}; got {other}")),
+            _ => return plan(format!("{takes}; got {} arguments", args.len())),
+        };
+        let Some(i) = inputs.iter().position(|p| p.schema().has_column(&c)) else {
+            return plan(format!("{takes}; column {c} is not an input of this query"));
+        };
+        let schema = Arc::clone(inputs[i].schema());
+        if let Some(m) = self.made.iter().find(|m| {
+            m.udf == *name && m.arg == c && schema.has_column_with_unqualified_name(&m.out)
+        }) {
+            return Ok(Transformed::yes(Expr::Column(Column::new_unqualified(
+                m.out.clone(),
+            ))));
+        }
+        let (_, field) = schema.qualified_field_from_column(&c)?;
+        let arg_type = field.data_type().clone();
+        // The node finds its param by name alone: rename an ambiguous one.
+        let same_name = schema
+            .fields()
+            .iter()
+            .filter(|f| f.name() == &c.name)
+            .count();
+        let mut input = inputs[i].clone();
+        let param = if same_name == 1 {
+            c.name.clone()
+        } else {
+            let param = self.fresh("arg");
+            let mut exprs: Vec<Expr> = schema
+                .iter()
+                .map(|(q, f)| Expr::Column(Column::new(q.cloned(), f.name())))
+                .collect();
+            exprs.push(Expr::Column(c.clone()).alias(param.clone()));
+            input = LogicalPlan::Projection(Projection::try_new(exprs, Arc::new(input))?);
+            param
+        };
+        let out = self.fresh(name);
+        let udf = (b.make)(&param, &out).map_err(|e| DataFusionError::Plan(e.to_string()))?;
+        if udf
+            .signature()
+            .input
+            .as_ref()
+            .is_some_and(File::is_file_type)
+            && !File::is_file_type(&arg_type)
+        {
+            return plan(format!("{takes}; {c} is {arg_type}"));
+        }
+        let mut s = self.settings.clone();
+        if b.header_only {
+            s = s.prefetch(0);
+        }
+        let node = UdfNode::try_new(input, UdfKind::Map(udf), s).map_err(|e| e.into_df())?;
+        inputs[i] = node.into_plan();
+        self.made.push(Made {
+            udf: name.clone(),
+            arg: c,
+            out: out.clone(),
+        });
+        Ok(Transformed::yes(Expr::Column(Column::new_unqualified(out))))
+    }
+}
+
+fn plan<T>(message: String) -> DfResult<T> {
+    Err(DataFusionError::Plan(message))
 }
