@@ -7,7 +7,9 @@
 //! projection, filter, sort, aggregate, window or join — in subqueries and CTEs
 //! too — by a column of a `map` UDF node placed directly on that operator's
 //! input, so the call gets the same `PrefetchExec` as from the Rust API. Output
-//! names stay as written. One UDF over the same column twice in a statement is
+//! names stay as written. The conjuncts of a `WHERE` that call no UDF filter
+//! below the UDF nodes, so the rows they drop are never fetched. One UDF over
+//! the same column twice in a statement is
 //! one node, run once per row: its column flows up through filters, sorts and
 //! limits to the operator that reads it. The optimizer cannot push a filter or
 //! a projection through a UDF node (see `plan/node.rs`), so nothing moves below
@@ -24,9 +26,10 @@ use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::logical_expr::expr::ScalarFunction;
 use datafusion::logical_expr::expr_rewriter::{NamePreserver, SavedName};
+use datafusion::logical_expr::utils::{conjunction, split_conjunction_owned};
 use datafusion::logical_expr::{
-    ColumnarValue, Expr, LogicalPlan, Projection, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
-    Signature, Volatility,
+    ColumnarValue, Expr, Filter, LogicalPlan, Projection, ScalarFunctionArgs, ScalarUDF,
+    ScalarUDFImpl, Signature, Volatility,
 };
 use datafusion::optimizer::AnalyzerRule;
 use udfchain_udfs::builtins::{file_size, image_size, line_count, md5, read_text, sha256};
@@ -133,16 +136,10 @@ impl AnalyzerRule for BuiltinRewrite {
 
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> DfResult<LogicalPlan> {
         let table = self.udfs.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let calls = |e: &Expr| {
-            e.exists(|x| {
-                Ok(matches!(x, Expr::ScalarFunction(f)
-                    if table.iter().any(|b| b.name == f.func.name())))
-            })
-        };
         let mut any = false;
         plan.apply_with_subqueries(|p| {
             for e in p.expressions() {
-                any |= calls(&e)?;
+                any |= calls_udf(&table, &e)?;
             }
             Ok(if any {
                 TreeNodeRecursion::Stop
@@ -310,14 +307,14 @@ impl Rewriter {
     /// Replaces the UDF calls in `plan`'s expressions by columns of UDF nodes
     /// placed directly on its inputs; output names stay as they were.
     fn exprs(&mut self, plan: LogicalPlan) -> DfResult<Transformed<LogicalPlan>> {
+        let plan = match plan {
+            LogicalPlan::Filter(f) => LogicalPlan::Filter(self.split(f)?),
+            other => other,
+        };
         let exprs = plan.expressions();
-        let table = &self.table;
         let mut any = false;
         for e in &exprs {
-            any |= e.exists(|x| {
-                Ok(matches!(x, Expr::ScalarFunction(f)
-                    if table.iter().any(|b| b.name == f.func.name())))
-            })?;
+            any |= calls_udf(&self.table, e)?;
         }
         if !any {
             return Ok(Transformed::no(plan));
@@ -339,6 +336,34 @@ impl Rewriter {
             new.push(saved.restore(e));
         }
         Ok(Transformed::yes(plan.with_new_exprs(new, inputs)?))
+    }
+
+    /// The conjuncts of a filter that call no UDF (and hold no subquery) go
+    /// into a filter below the others, so rows they drop are never fetched.
+    fn split(&self, f: Filter) -> DfResult<Filter> {
+        let mut free = Vec::new();
+        let mut rest = Vec::new();
+        for e in split_conjunction_owned(f.predicate.clone()) {
+            let subquery = e.exists(|x| {
+                Ok(matches!(
+                    x,
+                    Expr::Exists(_)
+                        | Expr::InSubquery(_)
+                        | Expr::ScalarSubquery(_)
+                        | Expr::SetComparison(_)
+                ))
+            })?;
+            if subquery || calls_udf(&self.table, &e)? {
+                rest.push(e);
+            } else {
+                free.push(e);
+            }
+        }
+        let (Some(free), Some(rest)) = (conjunction(free), conjunction(rest)) else {
+            return Ok(f);
+        };
+        let below = Filter::try_new(free, f.input)?;
+        Filter::try_new(rest, Arc::new(LogicalPlan::Filter(below)))
     }
 
     /// `udf(column)` -> the column of a UDF node over the input holding
@@ -413,6 +438,14 @@ impl Rewriter {
         });
         Ok(Transformed::yes(Expr::Column(Column::new_unqualified(out))))
     }
+}
+
+/// Whether `e` calls one of `table`'s UDFs.
+fn calls_udf(table: &[Builtin], e: &Expr) -> DfResult<bool> {
+    e.exists(|x| {
+        Ok(matches!(x, Expr::ScalarFunction(f)
+            if table.iter().any(|b| b.name == f.func.name())))
+    })
 }
 
 fn plan<T>(message: String) -> DfResult<T> {

@@ -197,7 +197,8 @@ async fn udf_nested_in_expressions() {
          upper(substr(read_text(file), 1, 3)) AS head, \
          CASE WHEN file_size(file) > 5 THEN 'big' ELSE 'small' END AS kind, \
          coalesce(length(sha256(file)), 0) AS hex \
-         FROM {} ORDER BY path",
+         FROM {} WHERE line_count(file) * 2 + 1 > 3 OR upper(read_text(file)) = 'X' \
+         ORDER BY path",
         src(&data)
     );
     golden(
@@ -354,6 +355,19 @@ async fn a_repeated_call_runs_once_per_row() {
         golden(&table(&r, q).await, want);
         assert_eq!(calls.load(Ordering::SeqCst), 3, "one call per file: {q}");
     }
+    // A condition without UDF filters before it: b.txt (1 byte) is never read.
+    calls.store(0, Ordering::SeqCst);
+    let q = format!("SELECT count(*) AS n FROM {s} WHERE counted(file) > 0 AND file.size > 1");
+    golden(
+        &table(&r, &q).await,
+        "
++---+
+| n |
++---+
+| 2 |
++---+",
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 2, "{q}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
