@@ -424,3 +424,56 @@ async fn a_udf_on_something_not_a_file_column_says_what_it_takes() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn udf_in_windows_unions_distinct_views_and_datasets() {
+    let (root, data) = (tempfile::tempdir().expect("root"), data_dir());
+    let r = runner(root.path());
+    let s = src(&data);
+    let q = format!(
+        "SELECT file.path AS path, sum(line_count(file)) OVER () AS total, \
+         rank() OVER (ORDER BY file_size(file) DESC) AS by_size FROM {s} ORDER BY path"
+    );
+    golden(
+        &table(&r, &q).await,
+        "
++-------+-------+---------+
+| path  | total | by_size |
++-------+-------+---------+
+| a.txt | 5     | 1       |
+| b.txt | 5     | 3       |
+| c.txt | 5     | 2       |
++-------+-------+---------+",
+    );
+    let q = format!(
+        "SELECT DISTINCT line_count(file) AS n FROM {s} \
+         UNION ALL SELECT file_size(file) FROM {s} WHERE line_count(file) = 1 ORDER BY n"
+    );
+    golden(
+        &table(&r, &q).await,
+        "
++---+
+| n |
++---+
+| 1 |
+| 1 |
+| 2 |
++---+",
+    );
+    let script = format!(
+        "CREATE VIEW long AS SELECT * FROM {s} WHERE line_count(file) > 1;\n\
+         CREATE DATASET sizes AS SELECT file.path AS path, file_size(file) AS size FROM long \
+         WHERE sha256(file) <> '' LIMIT 5;\n\
+         SELECT * FROM read_dataset('sizes') ORDER BY path;"
+    );
+    golden(
+        &table(&r, &script).await,
+        "
++-------+------+
+| path  | size |
++-------+------+
+| a.txt | 12   |
+| c.txt | 8    |
++-------+------+",
+    );
+}
