@@ -71,7 +71,7 @@ impl Builtin {
         Some(ScalarUDF::new_from_impl(Stub {
             name: self.name.clone(),
             output: udf.signature().output.data_type().clone(),
-            signature: Signature::any(1, Volatility::Volatile),
+            signature: Signature::variadic_any(Volatility::Volatile),
         }))
     }
 }

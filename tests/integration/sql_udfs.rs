@@ -415,6 +415,11 @@ async fn a_udf_on_something_not_a_file_column_says_what_it_takes() {
             format!("SELECT md5(p) FROM (SELECT file.path AS p FROM {s})"),
             "is Utf8",
         ),
+        (
+            "read_text",
+            format!("SELECT read_text(file, file) FROM {s}"),
+            "got 2 arguments",
+        ),
     ] {
         let err = r.run(&q).await.expect_err("not a file column").to_string();
         assert!(
