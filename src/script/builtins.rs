@@ -4,17 +4,25 @@
 //! Each name is registered as a scalar function stub so DataFusion's SQL planner
 //! resolves and types it; the [`BuiltinRewrite`] analyzer rule (it runs after
 //! type coercion, before every optimizer rule) then replaces each call in a
-//! projection, filter, sort, aggregate, window or join — in subqueries and CTEs
-//! too — by a column of a `map` UDF node placed directly on that operator's
-//! input, so the call gets the same `PrefetchExec` as from the Rust API. Output
-//! names stay as written. The conjuncts of a `WHERE` that call no UDF filter
-//! below the UDF nodes, so the rows they drop are never fetched. One UDF over
-//! the same column twice in a statement is
-//! one node, run once per row: its column flows up through filters, sorts and
-//! limits to the operator that reads it. The optimizer cannot push a filter or
-//! a projection through a UDF node (see `plan/node.rs`), so nothing moves below
-//! it. A call whose argument is not a File column is a plan error naming the
-//! UDF. `image_size` reads only the header, so it is planned with `prefetch = 0`.
+//! projection, filter, sort, aggregate, window or join, in subqueries and CTEs
+//! too, by a column of a `map` UDF node placed directly on that operator's
+//! input, so the call gets the same `PrefetchExec` as from the Rust API.
+//! Guarantees:
+//! - output names stay as written (`count(sha256(...))` keeps its name);
+//! - one UDF over the same column twice in a statement is one node, run once
+//!   per row: its column flows up through filters, sorts, limits and the
+//!   projections that keep the column, to the operator that reads it;
+//! - `WHERE` conjuncts that call no UDF filter below the UDF nodes, so the rows
+//!   they drop are never fetched; the optimizer cannot push a filter or a
+//!   projection through a UDF node (see `plan/node.rs`), so nothing above moves
+//!   below it;
+//! - a call over a column of the enclosing query (a correlated subquery) gets
+//!   its node on the enclosing operator's input, and nodes go below a
+//!   subquery's correlated filters, so decorrelation still applies;
+//! - a call whose argument is not a File column is a plan error naming the UDF
+//!   and what it takes.
+//!
+//! `image_size` reads only the header, so it is planned with `prefetch = 0`.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -24,12 +32,12 @@ use datafusion::common::Column;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::error::{DataFusionError, Result as DfResult};
-use datafusion::logical_expr::expr::ScalarFunction;
+use datafusion::logical_expr::expr::{Exists, InSubquery, ScalarFunction, SetComparison};
 use datafusion::logical_expr::expr_rewriter::{NamePreserver, SavedName};
 use datafusion::logical_expr::utils::{conjunction, split_conjunction_owned};
 use datafusion::logical_expr::{
     ColumnarValue, Expr, Filter, LogicalPlan, Projection, ScalarFunctionArgs, ScalarUDF,
-    ScalarUDFImpl, Signature, Volatility,
+    ScalarUDFImpl, Signature, Subquery, Volatility,
 };
 use datafusion::optimizer::AnalyzerRule;
 use udfchain_udfs::builtins::{file_size, image_size, line_count, md5, read_text, sha256};
@@ -338,8 +346,8 @@ impl Rewriter {
         Ok(Transformed::yes(plan.with_new_exprs(new, inputs)?))
     }
 
-    /// The conjuncts of a filter that call no UDF (and hold no subquery) go
-    /// into a filter below the others, so rows they drop are never fetched.
+    /// The conjuncts of a filter that call no UDF (and hold no subquery or
+    /// outer reference) go into a filter below the others, so rows they drop are never fetched.
     fn split(&self, f: Filter) -> DfResult<Filter> {
         let mut free = Vec::new();
         let mut rest = Vec::new();
@@ -351,6 +359,7 @@ impl Rewriter {
                         | Expr::InSubquery(_)
                         | Expr::ScalarSubquery(_)
                         | Expr::SetComparison(_)
+                        | Expr::OuterReferenceColumn(..)
                 ))
             })?;
             if subquery || calls_udf(&self.table, &e)? {
@@ -367,31 +376,137 @@ impl Rewriter {
     }
 
     /// `udf(column)` -> the column of a UDF node over the input holding
-    /// `column`: the node already made there for the same call, else a new one.
+    /// `column`. A call over a column of an enclosing query (`outer_ref`) is
+    /// left for that query's operator (see [`Self::subquery`]); a subquery in
+    /// `x` gets those calls resolved against `inputs`.
     fn call(&mut self, x: Expr, inputs: &mut [LogicalPlan]) -> DfResult<Transformed<Expr>> {
+        match x {
+            Expr::Exists(Exists { subquery, negated }) => {
+                let subquery = self.subquery(subquery, inputs)?;
+                return Ok(Transformed::yes(Expr::Exists(Exists { subquery, negated })));
+            }
+            Expr::InSubquery(InSubquery {
+                expr,
+                subquery,
+                negated,
+            }) => {
+                let subquery = self.subquery(subquery, inputs)?;
+                return Ok(Transformed::yes(Expr::InSubquery(InSubquery {
+                    expr,
+                    subquery,
+                    negated,
+                })));
+            }
+            Expr::ScalarSubquery(subquery) => {
+                let subquery = self.subquery(subquery, inputs)?;
+                return Ok(Transformed::yes(Expr::ScalarSubquery(subquery)));
+            }
+            Expr::SetComparison(mut cmp) => {
+                cmp.subquery = self.subquery(cmp.subquery, inputs)?;
+                return Ok(Transformed::yes(Expr::SetComparison(cmp)));
+            }
+            _ => {}
+        }
         let Expr::ScalarFunction(ScalarFunction { func, args }) = &x else {
             return Ok(Transformed::no(x));
         };
         let Some(b) = self.table.iter().find(|b| b.name == func.name()).cloned() else {
             return Ok(Transformed::no(x));
         };
-        let name = &b.name;
-        let takes = format!("{name}() takes a File column, e.g. {name}(file)");
         let c = match args.as_slice() {
             [Expr::Column(c)] => c.clone(),
-            [other] => return plan(format!("{takes}; got {other}")),
-            _ => return plan(format!("{takes}; got {} arguments", args.len())),
+            [Expr::OuterReferenceColumn(..)] => return Ok(Transformed::no(x)),
+            [other] => return plan(format!("{}; got {other}", takes(&b.name))),
+            _ => return plan(format!("{}; got {} arguments", takes(&b.name), args.len())),
         };
+        let out = self.node_for(&b, c, inputs)?;
+        Ok(Transformed::yes(Expr::Column(Column::new_unqualified(out))))
+    }
+
+    /// Resolves, in a subquery's plan, the calls over columns of the
+    /// enclosing query: each becomes an outer reference to the output of a
+    /// UDF node on `inputs` (the enclosing operator's).
+    fn subquery(&mut self, mut sub: Subquery, inputs: &mut [LogicalPlan]) -> DfResult<Subquery> {
+        if !subquery_calls(&self.table, &sub)? {
+            return Ok(sub);
+        }
+        let plan = Arc::unwrap_or_clone(sub.subquery);
+        let plan = plan
+            .transform_up(|p| {
+                let preserver = NamePreserver::new(&p);
+                let p = p.map_expressions(|e| {
+                    let saved = if matches!(e, Expr::GroupingSet(_)) {
+                        SavedName::None
+                    } else {
+                        preserver.save(&e)
+                    };
+                    let t = e.transform_up(|x| {
+                        let Expr::ScalarFunction(ScalarFunction { func, args }) = &x else {
+                            return Ok(Transformed::no(x));
+                        };
+                        let Some(b) = self.table.iter().find(|b| b.name == func.name()).cloned()
+                        else {
+                            return Ok(Transformed::no(x));
+                        };
+                        let [Expr::OuterReferenceColumn(_, c)] = args.as_slice() else {
+                            return Ok(Transformed::no(x));
+                        };
+                        let out = self.node_for(&b, c.clone(), inputs)?;
+                        let i = inputs
+                            .iter()
+                            .position(|p| p.schema().has_column_with_unqualified_name(&out))
+                            .ok_or_else(|| {
+                                DataFusionError::Internal(format!("{out} not in any input"))
+                            })?;
+                        let field =
+                            Arc::clone(inputs[i].schema().field_with_unqualified_name(&out)?);
+                        Ok(Transformed::yes(Expr::OuterReferenceColumn(
+                            field,
+                            Column::new_unqualified(out),
+                        )))
+                    })?;
+                    Ok(t.update_data(|e| saved.restore(e)))
+                })?;
+                if p.transformed {
+                    Ok(Transformed::yes(p.data.recompute_schema()?))
+                } else {
+                    Ok(p)
+                }
+            })?
+            .data;
+        let mut outer = Vec::new();
+        plan.apply(|p| {
+            p.apply_expressions(|e| {
+                e.apply(|x| {
+                    if let Expr::OuterReferenceColumn(..) = x
+                        && !outer.contains(x)
+                    {
+                        outer.push(x.clone());
+                    }
+                    Ok(TreeNodeRecursion::Continue)
+                })
+            })
+        })?;
+        sub.subquery = Arc::new(plan);
+        sub.outer_ref_columns = outer;
+        Ok(sub)
+    }
+
+    /// The output column of `b(c)` over the input holding `c`: the node
+    /// already made there for the same call, else a new one.
+    fn node_for(&mut self, b: &Builtin, c: Column, inputs: &mut [LogicalPlan]) -> DfResult<String> {
+        let name = &b.name;
         let Some(i) = inputs.iter().position(|p| p.schema().has_column(&c)) else {
-            return plan(format!("{takes}; column {c} is not an input of this query"));
+            return plan(format!(
+                "{}; column {c} is not an input of this query",
+                takes(name)
+            ));
         };
         let schema = Arc::clone(inputs[i].schema());
         if let Some(m) = self.made.iter().find(|m| {
             m.udf == *name && m.arg == c && schema.has_column_with_unqualified_name(&m.out)
         }) {
-            return Ok(Transformed::yes(Expr::Column(Column::new_unqualified(
-                m.out.clone(),
-            ))));
+            return Ok(m.out.clone());
         }
         let (_, field) = schema.qualified_field_from_column(&c)?;
         let arg_type = field.data_type().clone();
@@ -423,29 +538,75 @@ impl Rewriter {
             .is_some_and(File::is_file_type)
             && !File::is_file_type(&arg_type)
         {
-            return plan(format!("{takes}; {c} is {arg_type}"));
+            return plan(format!("{}; {c} is {arg_type}", takes(name)));
         }
         let mut s = self.settings.clone();
         if b.header_only {
             s = s.prefetch(0);
         }
-        let node = UdfNode::try_new(input, UdfKind::Map(udf), s).map_err(|e| e.into_df())?;
-        inputs[i] = node.into_plan();
+        inputs[i] = attach(input, &param, UdfKind::Map(udf), s)?;
         self.made.push(Made {
             udf: name.clone(),
             arg: c,
             out: out.clone(),
         });
-        Ok(Transformed::yes(Expr::Column(Column::new_unqualified(out))))
+        Ok(out)
     }
 }
 
-/// Whether `e` calls one of `table`'s UDFs.
+/// A UDF node on `input`, placed below the correlated filters at its top (a
+/// subquery's filter over columns of the enclosing query) so the optimizer can
+/// still pull them up into a join.
+fn attach(input: LogicalPlan, param: &str, kind: UdfKind, s: Settings) -> DfResult<LogicalPlan> {
+    match input {
+        LogicalPlan::Filter(f)
+            if f.predicate.contains_outer()
+                && f.input.schema().has_column_with_unqualified_name(param) =>
+        {
+            let below = attach(Arc::unwrap_or_clone(f.input), param, kind, s)?;
+            Ok(LogicalPlan::Filter(Filter::try_new(
+                f.predicate,
+                Arc::new(below),
+            )?))
+        }
+        other => Ok(UdfNode::try_new(other, kind, s)
+            .map_err(|e| e.into_df())?
+            .into_plan()),
+    }
+}
+
+/// Whether `e` calls one of `table`'s UDFs, or holds a subquery that still
+/// does (over a column of the enclosing query).
 fn calls_udf(table: &[Builtin], e: &Expr) -> DfResult<bool> {
-    e.exists(|x| {
-        Ok(matches!(x, Expr::ScalarFunction(f)
-            if table.iter().any(|b| b.name == f.func.name())))
+    e.exists(|x| match x {
+        Expr::ScalarFunction(f) => Ok(table.iter().any(|b| b.name == f.func.name())),
+        Expr::Exists(Exists { subquery, .. })
+        | Expr::InSubquery(InSubquery { subquery, .. })
+        | Expr::SetComparison(SetComparison { subquery, .. })
+        | Expr::ScalarSubquery(subquery) => subquery_calls(table, subquery),
+        _ => Ok(false),
     })
+}
+
+/// Whether a subquery's plan (its own nested subqueries included) calls one
+/// of `table`'s UDFs.
+fn subquery_calls(table: &[Builtin], sub: &Subquery) -> DfResult<bool> {
+    let mut found = false;
+    sub.subquery.apply_with_subqueries(|p| {
+        for e in p.expressions() {
+            found |= calls_udf(table, &e)?;
+        }
+        Ok(if found {
+            TreeNodeRecursion::Stop
+        } else {
+            TreeNodeRecursion::Continue
+        })
+    })?;
+    Ok(found)
+}
+
+fn takes(name: &str) -> String {
+    format!("{name}() takes a File column, e.g. {name}(file)")
 }
 
 fn plan<T>(message: String) -> DfResult<T> {

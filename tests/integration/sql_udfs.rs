@@ -258,6 +258,39 @@ async fn udf_in_subqueries() {
 | 0 |
 +---+",
     );
+    // Correlated: the call over the outer query's column runs in the outer query.
+    let t = format!("WITH t AS (SELECT file, file.path AS p FROM {s})");
+    let q = format!(
+        "{t} SELECT a.p AS path FROM t a WHERE EXISTS \
+         (SELECT 1 FROM t b WHERE line_count(b.file) = line_count(a.file) AND b.p <> a.p) \
+         ORDER BY path"
+    );
+    golden(
+        &table(&r, &q).await,
+        "
++-------+
+| path  |
++-------+
+| a.txt |
+| c.txt |
++-------+",
+    );
+    let q = format!(
+        "{t} SELECT a.p AS path, \
+         (SELECT max(file_size(b.file)) FROM t b WHERE line_count(b.file) = line_count(a.file)) \
+         AS biggest FROM t a ORDER BY path"
+    );
+    golden(
+        &table(&r, &q).await,
+        "
++-------+---------+
+| path  | biggest |
++-------+---------+
+| a.txt | 12      |
+| b.txt | 1       |
+| c.txt | 12      |
++-------+---------+",
+    );
     let q = format!(
         "SELECT path FROM (SELECT file.path AS path, line_count(file) AS lines FROM {s}) t \
          WHERE lines = 1"
