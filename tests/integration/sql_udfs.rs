@@ -10,6 +10,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use datafusion::arrow::util::pretty::pretty_format_batches;
 use udfchain::{Output, ScriptRunner, Session, Settings};
 
+use crate::support::S3Server;
+
 /// a.txt: 2 lines, 12 bytes; b.txt: 1 line, 1 byte; c.txt: 2 lines, 8 bytes.
 fn data_dir() -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -401,6 +403,37 @@ async fn a_repeated_call_runs_once_per_row() {
 +---+",
     );
     assert_eq!(calls.load(Ordering::SeqCst), 2, "{q}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_call_gets_each_object_once_on_the_s3_server() {
+    let root = tempfile::tempdir().expect("root");
+    let s3 = S3Server::start();
+    let dir = s3.bucket_dir().join("t");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    for (name, body) in [
+        ("one", "1\n2\n3\n"),
+        ("two", "x"),
+        ("three", "abc"),
+        ("four", "hi"),
+    ] {
+        std::fs::write(dir.join(format!("{name}.txt")), body).expect("write");
+    }
+    let r = ScriptRunner::new(Session::with_settings(s3.settings().root(root.path())));
+    let before = s3.object_gets();
+    let q = "SELECT count(sha256(file)) AS n, count(DISTINCT sha256(file)) AS d \
+             FROM read_storage('s3://bucket/t') WHERE sha256(file) <> '' AND file.size > 1";
+    golden(
+        &table(&r, q).await,
+        "
++---+---+
+| n | d |
++---+---+
+| 3 | 3 |
++---+---+",
+    );
+    // Three calls of sha256 over the three files left by `file.size > 1`: one GET each.
+    assert_eq!(s3.object_gets() - before, 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
