@@ -349,6 +349,9 @@ impl Rewriter {
     /// The conjuncts of a filter that call no UDF (and hold no subquery or
     /// outer reference) go into a filter below the others, so rows they drop are never fetched.
     fn split(&self, f: Filter) -> DfResult<Filter> {
+        if !calls_udf(&self.table, &f.predicate)? {
+            return Ok(f);
+        }
         let mut free = Vec::new();
         let mut rest = Vec::new();
         for e in split_conjunction_owned(f.predicate.clone()) {
@@ -474,21 +477,9 @@ impl Rewriter {
                 }
             })?
             .data;
-        let mut outer = Vec::new();
-        plan.apply(|p| {
-            p.apply_expressions(|e| {
-                e.apply(|x| {
-                    if let Expr::OuterReferenceColumn(..) = x
-                        && !outer.contains(x)
-                    {
-                        outer.push(x.clone());
-                    }
-                    Ok(TreeNodeRecursion::Continue)
-                })
-            })
-        })?;
+        // As DataFusion's SQL planner lists them.
+        sub.outer_ref_columns = plan.all_out_ref_exprs();
         sub.subquery = Arc::new(plan);
-        sub.outer_ref_columns = outer;
         Ok(sub)
     }
 
