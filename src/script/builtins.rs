@@ -1,25 +1,47 @@
-//! Built-in UDFs by name in SQL: `SELECT sha256(file) FROM read_storage('...')`.
+//! Built-in and registered UDFs by name in SQL, wherever an expression stands:
+//! `SELECT count(sha256(file)) FROM read_storage('...') WHERE line_count(file) > 1`.
 //!
-//! Each name is registered as a scalar function so DataFusion's SQL planner
-//! resolves and types it; the [`BuiltinRewrite`] analyzer rule then replaces
-//! every such call in a projection by a `map` UDF node under it — so the call
-//! gets the same `PrefetchExec` as from the Rust API. `image_size` reads only the
-//! header, so it is planned with `prefetch = 0`.
+//! Each name is registered as a scalar function stub so DataFusion's SQL planner
+//! resolves and types it; the [`BuiltinRewrite`] analyzer rule (it runs after
+//! type coercion, before every optimizer rule) then replaces each call in a
+//! projection, filter, sort, aggregate, window or join, in subqueries and CTEs
+//! too, by a column of a `map` UDF node placed directly on that operator's
+//! input, so the call gets the same `PrefetchExec` as from the Rust API.
+//! Guarantees:
+//! - output names stay as written (`count(sha256(...))` keeps its name);
+//! - one UDF over the same column twice in a statement is one node, run once
+//!   per row: its column flows up through filters, sorts, limits and the
+//!   projections that keep the column, to the operator that reads it;
+//! - `WHERE` conjuncts that call no UDF filter below the UDF nodes, so the rows
+//!   they drop are never fetched; the optimizer cannot push a filter or a
+//!   projection through a UDF node (see `plan/node.rs`), so nothing above moves
+//!   below it;
+//! - a call over a column of the enclosing query (a correlated subquery) gets
+//!   its node on the enclosing operator's input, and nodes go below a
+//!   subquery's correlated filters, so decorrelation still applies;
+//! - a call whose argument is not a File column is a plan error naming the UDF
+//!   and what it takes.
+//!
+//! `image_size` reads only the header, so it is planned with `prefetch = 0`.
 
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use datafusion::arrow::datatypes::DataType;
+use datafusion::common::Column;
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::error::{DataFusionError, Result as DfResult};
-use datafusion::logical_expr::expr::ScalarFunction;
+use datafusion::logical_expr::expr::{Exists, InSubquery, ScalarFunction, SetComparison};
+use datafusion::logical_expr::expr_rewriter::{NamePreserver, SavedName};
+use datafusion::logical_expr::utils::{conjunction, split_conjunction_owned};
 use datafusion::logical_expr::{
-    ColumnarValue, Expr, LogicalPlan, Projection, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
-    Signature, Volatility,
+    ColumnarValue, Expr, Filter, LogicalPlan, Projection, ScalarFunctionArgs, ScalarUDF,
+    ScalarUDFImpl, Signature, Subquery, Volatility,
 };
 use datafusion::optimizer::AnalyzerRule;
 use udfchain_udfs::builtins::{file_size, image_size, line_count, md5, read_text, sha256};
-use udfchain_udfs::{Mapper, UdfError, map_fn};
+use udfchain_udfs::{File, Mapper, UdfError, map_fn};
 
 use crate::chain::Settings;
 use crate::plan::{UdfKind, UdfNode};
@@ -57,7 +79,7 @@ impl Builtin {
         Some(ScalarUDF::new_from_impl(Stub {
             name: self.name.clone(),
             output: udf.signature().output.data_type().clone(),
-            signature: Signature::any(1, Volatility::Volatile),
+            signature: Signature::variadic_any(Volatility::Volatile),
         }))
     }
 }
@@ -100,15 +122,15 @@ impl ScalarUDFImpl for Stub {
     }
 
     fn invoke_with_args(&self, _args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
-        Err(DataFusionError::Plan(format!(
-            "{}() takes a column and must be called in a SELECT list",
-            self.name
-        )))
+        plan(format!(
+            "{}() takes a File column of a table, e.g. {}(file) FROM read_storage('...')",
+            self.name, self.name
+        ))
     }
 }
 
-/// Rewrites built-in calls in projections into UDF nodes with the script's
-/// current settings.
+/// Rewrites built-in and registered UDF calls, wherever an expression stands,
+/// into UDF nodes with the script's current settings.
 #[derive(Debug)]
 pub struct BuiltinRewrite {
     pub settings: Arc<Mutex<Settings>>,
@@ -121,63 +143,463 @@ impl AnalyzerRule for BuiltinRewrite {
     }
 
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> DfResult<LogicalPlan> {
+        let table = self.udfs.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let mut any = false;
+        plan.apply_with_subqueries(|p| {
+            for e in p.expressions() {
+                any |= calls_udf(&table, &e)?;
+            }
+            Ok(if any {
+                TreeNodeRecursion::Stop
+            } else {
+                TreeNodeRecursion::Continue
+            })
+        })?;
+        if !any {
+            return Ok(plan);
+        }
+        let mut taken = HashSet::new();
+        plan.apply_with_subqueries(|p| {
+            taken.extend(p.schema().fields().iter().map(|f| f.name().clone()));
+            Ok(TreeNodeRecursion::Continue)
+        })?;
         let settings = self
             .settings
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        let table = self.udfs.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let mut next = 0usize;
-        plan.transform_up(|node| {
-            let LogicalPlan::Projection(p) = node else {
-                return Ok(Transformed::no(node));
-            };
-            let mut input = Arc::unwrap_or_clone(p.input.clone());
-            let mut changed = false;
-            let mut exprs = Vec::with_capacity(p.expr.len());
-            for e in &p.expr {
-                let name = e.schema_name().to_string();
-                let rewritten = e.clone().transform_up(|x| {
-                    let Expr::ScalarFunction(ScalarFunction { func, args }) = &x else {
-                        return Ok(Transformed::no(x));
-                    };
-                    let Some(b) = table.iter().find(|b| b.name == func.name()) else {
-                        return Ok(Transformed::no(x));
-                    };
-                    let [Expr::Column(c)] = args.as_slice() else {
-                        return Err(DataFusionError::Plan(format!(
-                            "{}() takes one column, e.g. {}(file)",
-                            b.name, b.name
-                        )));
-                    };
-                    let out = format!("__{}_{next}", b.name);
-                    next += 1;
-                    let udf = (b.make)(&c.name, &out)
-                        .map_err(|e| DataFusionError::Plan(e.to_string()))?;
-                    let mut s = settings.clone();
-                    if b.header_only {
-                        s = s.prefetch(0);
-                    }
-                    let node = UdfNode::try_new(input.clone(), UdfKind::Map(udf), s)
-                        .map_err(|e| e.into_df())?;
-                    input = node.into_plan();
-                    changed = true;
-                    Ok(Transformed::yes(datafusion::prelude::col(out)))
-                })?;
-                let expr = if rewritten.transformed {
-                    rewritten.data.alias(name)
-                } else {
-                    rewritten.data
-                };
-                exprs.push(expr);
-            }
-            if !changed {
-                return Ok(Transformed::no(LogicalPlan::Projection(p)));
-            }
-            Ok(Transformed::yes(LogicalPlan::Projection(
-                Projection::try_new(exprs, Arc::new(input))?,
-            )))
-        })
-        .map(|t| t.data)
+        let mut rewriter = Rewriter {
+            table,
+            settings,
+            taken,
+            next: 0,
+            made: Vec::new(),
+            generated: HashSet::new(),
+        };
+        let plan = plan
+            .transform_up_with_subqueries(|node| rewriter.node(node))?
+            .data;
+        rewriter.restore(plan)
     }
+}
+
+/// One UDF node made by the rewrite: `udf(arg)` is column `out` above it.
+struct Made {
+    udf: String,
+    arg: Column,
+    out: String,
+}
+
+/// The state of one rewrite: the columns it generated (UDF outputs, and
+/// arguments renamed where their name alone was ambiguous) and the calls made.
+struct Rewriter {
+    table: Vec<Builtin>,
+    settings: Settings,
+    taken: HashSet<String>,
+    next: usize,
+    made: Vec<Made>,
+    generated: HashSet<String>,
+}
+
+impl Rewriter {
+    /// A column name unused anywhere in the statement.
+    fn fresh(&mut self, base: &str) -> String {
+        loop {
+            let name = format!("__{base}_{}", self.next);
+            self.next += 1;
+            if self.taken.insert(name.clone()) {
+                self.generated.insert(name.clone());
+                return name;
+            }
+        }
+    }
+
+    fn has_generated(&self, plan: &LogicalPlan) -> bool {
+        plan.schema()
+            .fields()
+            .iter()
+            .any(|f| self.generated.contains(f.name()))
+    }
+
+    /// `plan` without the generated columns it carries (its schema before the
+    /// rewrite).
+    fn restore(&self, plan: LogicalPlan) -> DfResult<LogicalPlan> {
+        if !self.has_generated(&plan) {
+            return Ok(plan);
+        }
+        let keep = plan
+            .schema()
+            .iter()
+            .filter(|(_, f)| !self.generated.contains(f.name()))
+            .map(|(q, f)| Expr::Column(Column::new(q.cloned(), f.name())))
+            .collect::<Vec<_>>();
+        Ok(LogicalPlan::Projection(Projection::try_new(
+            keep,
+            Arc::new(plan),
+        )?))
+    }
+
+    /// Visits one node, its children already rewritten.
+    ///
+    /// Generated columns flow up through filters, sorts, limits, windows and
+    /// joins, and through projections that keep their argument (so a call
+    /// above reuses a node made below); aggregates end them, and every other
+    /// node (subquery, alias, union, distinct, ...) gets its children's schemas
+    /// back, so its own schema stays valid. The statement's root gets its
+    /// schema back too.
+    fn node(&mut self, plan: LogicalPlan) -> DfResult<Transformed<LogicalPlan>> {
+        let extras = plan.inputs().iter().any(|c| self.has_generated(c));
+        let plan = match plan {
+            LogicalPlan::Filter(_)
+            | LogicalPlan::Sort(_)
+            | LogicalPlan::Limit(_)
+            | LogicalPlan::Projection(_)
+            | LogicalPlan::Aggregate(_) => plan,
+            LogicalPlan::Window(_) | LogicalPlan::Join(_) if extras => plan.recompute_schema()?,
+            _ if extras => {
+                plan.map_children(|c| Ok(Transformed::yes(self.restore(c)?)))?
+                    .data
+            }
+            _ => plan,
+        };
+        let rewritten = match plan {
+            LogicalPlan::Projection(_)
+            | LogicalPlan::Filter(_)
+            | LogicalPlan::Sort(_)
+            | LogicalPlan::Aggregate(_)
+            | LogicalPlan::Window(_)
+            | LogicalPlan::Join(_) => self.exprs(plan)?,
+            _ => Transformed::no(plan),
+        };
+        let Transformed {
+            data, transformed, ..
+        } = rewritten;
+        let (data, passed) = match data {
+            LogicalPlan::Projection(p) => self.pass_through(p)?,
+            other => (other, false),
+        };
+        Ok(Transformed::new_transformed(
+            data,
+            transformed || extras || passed,
+        ))
+    }
+
+    /// Appends to a projection the UDF outputs of its input whose argument it
+    /// keeps as is, so an `ORDER BY` above reuses them.
+    fn pass_through(&self, p: Projection) -> DfResult<(LogicalPlan, bool)> {
+        let input = p.input.schema();
+        let out = &p.schema;
+        let more: Vec<Expr> = self
+            .made
+            .iter()
+            .filter(|m| {
+                input.has_column_with_unqualified_name(&m.out)
+                    && !out.has_column_with_unqualified_name(&m.out)
+                    && p.expr
+                        .iter()
+                        .any(|e| matches!(e, Expr::Column(c) if *c == m.arg))
+            })
+            .map(|m| Expr::Column(Column::new_unqualified(m.out.clone())))
+            .collect();
+        if more.is_empty() {
+            return Ok((LogicalPlan::Projection(p), false));
+        }
+        let mut exprs = p.expr;
+        exprs.extend(more);
+        Ok((
+            LogicalPlan::Projection(Projection::try_new(exprs, p.input)?),
+            true,
+        ))
+    }
+
+    /// Replaces the UDF calls in `plan`'s expressions by columns of UDF nodes
+    /// placed directly on its inputs; output names stay as they were.
+    fn exprs(&mut self, plan: LogicalPlan) -> DfResult<Transformed<LogicalPlan>> {
+        let plan = match plan {
+            LogicalPlan::Filter(f) => LogicalPlan::Filter(self.split(f)?),
+            other => other,
+        };
+        let exprs = plan.expressions();
+        let mut any = false;
+        for e in &exprs {
+            any |= calls_udf(&self.table, e)?;
+        }
+        if !any {
+            return Ok(Transformed::no(plan));
+        }
+        let names = matches!(
+            plan,
+            LogicalPlan::Projection(_) | LogicalPlan::Aggregate(_) | LogicalPlan::Window(_)
+        );
+        let preserver = NamePreserver::new(&plan);
+        let mut inputs: Vec<LogicalPlan> = plan.inputs().into_iter().cloned().collect();
+        let mut new = Vec::with_capacity(exprs.len());
+        for e in exprs {
+            let saved = if names && !matches!(e, Expr::GroupingSet(_)) {
+                preserver.save(&e)
+            } else {
+                SavedName::None
+            };
+            let e = e.transform_up(|x| self.call(x, &mut inputs))?.data;
+            new.push(saved.restore(e));
+        }
+        Ok(Transformed::yes(plan.with_new_exprs(new, inputs)?))
+    }
+
+    /// The conjuncts of a filter that call no UDF (and hold no subquery or
+    /// outer reference) go into a filter below the others, so rows they drop are never fetched.
+    fn split(&self, f: Filter) -> DfResult<Filter> {
+        if !calls_udf(&self.table, &f.predicate)? {
+            return Ok(f);
+        }
+        let mut free = Vec::new();
+        let mut rest = Vec::new();
+        for e in split_conjunction_owned(f.predicate.clone()) {
+            let subquery = e.exists(|x| {
+                Ok(matches!(
+                    x,
+                    Expr::Exists(_)
+                        | Expr::InSubquery(_)
+                        | Expr::ScalarSubquery(_)
+                        | Expr::SetComparison(_)
+                        | Expr::OuterReferenceColumn(..)
+                ))
+            })?;
+            if subquery || calls_udf(&self.table, &e)? {
+                rest.push(e);
+            } else {
+                free.push(e);
+            }
+        }
+        let (Some(free), Some(rest)) = (conjunction(free), conjunction(rest)) else {
+            return Ok(f);
+        };
+        let below = Filter::try_new(free, f.input)?;
+        Filter::try_new(rest, Arc::new(LogicalPlan::Filter(below)))
+    }
+
+    /// `udf(column)` -> the column of a UDF node over the input holding
+    /// `column`. A call over a column of an enclosing query (`outer_ref`) is
+    /// left for that query's operator (see [`Self::subquery`]); a subquery in
+    /// `x` gets those calls resolved against `inputs`.
+    fn call(&mut self, x: Expr, inputs: &mut [LogicalPlan]) -> DfResult<Transformed<Expr>> {
+        match x {
+            Expr::Exists(Exists { subquery, negated }) => {
+                let subquery = self.subquery(subquery, inputs)?;
+                return Ok(Transformed::yes(Expr::Exists(Exists { subquery, negated })));
+            }
+            Expr::InSubquery(InSubquery {
+                expr,
+                subquery,
+                negated,
+            }) => {
+                let subquery = self.subquery(subquery, inputs)?;
+                return Ok(Transformed::yes(Expr::InSubquery(InSubquery {
+                    expr,
+                    subquery,
+                    negated,
+                })));
+            }
+            Expr::ScalarSubquery(subquery) => {
+                let subquery = self.subquery(subquery, inputs)?;
+                return Ok(Transformed::yes(Expr::ScalarSubquery(subquery)));
+            }
+            Expr::SetComparison(mut cmp) => {
+                cmp.subquery = self.subquery(cmp.subquery, inputs)?;
+                return Ok(Transformed::yes(Expr::SetComparison(cmp)));
+            }
+            _ => {}
+        }
+        let Expr::ScalarFunction(ScalarFunction { func, args }) = &x else {
+            return Ok(Transformed::no(x));
+        };
+        let Some(b) = self.table.iter().find(|b| b.name == func.name()).cloned() else {
+            return Ok(Transformed::no(x));
+        };
+        let c = match args.as_slice() {
+            [Expr::Column(c)] => c.clone(),
+            [Expr::OuterReferenceColumn(..)] => return Ok(Transformed::no(x)),
+            [other] => return plan(format!("{}; got {other}", takes(&b.name))),
+            _ => return plan(format!("{}; got {} arguments", takes(&b.name), args.len())),
+        };
+        let out = self.node_for(&b, c, inputs)?;
+        Ok(Transformed::yes(Expr::Column(Column::new_unqualified(out))))
+    }
+
+    /// Resolves, in a subquery's plan, the calls over columns of the
+    /// enclosing query: each becomes an outer reference to the output of a
+    /// UDF node on `inputs` (the enclosing operator's).
+    fn subquery(&mut self, mut sub: Subquery, inputs: &mut [LogicalPlan]) -> DfResult<Subquery> {
+        if !subquery_calls(&self.table, &sub)? {
+            return Ok(sub);
+        }
+        let plan = Arc::unwrap_or_clone(sub.subquery);
+        let plan = plan
+            .transform_up(|p| {
+                let preserver = NamePreserver::new(&p);
+                let p = p.map_expressions(|e| {
+                    let saved = if matches!(e, Expr::GroupingSet(_)) {
+                        SavedName::None
+                    } else {
+                        preserver.save(&e)
+                    };
+                    let t = e.transform_up(|x| {
+                        let Expr::ScalarFunction(ScalarFunction { func, args }) = &x else {
+                            return Ok(Transformed::no(x));
+                        };
+                        let Some(b) = self.table.iter().find(|b| b.name == func.name()).cloned()
+                        else {
+                            return Ok(Transformed::no(x));
+                        };
+                        let [Expr::OuterReferenceColumn(_, c)] = args.as_slice() else {
+                            return Ok(Transformed::no(x));
+                        };
+                        let out = self.node_for(&b, c.clone(), inputs)?;
+                        let i = inputs
+                            .iter()
+                            .position(|p| p.schema().has_column_with_unqualified_name(&out))
+                            .ok_or_else(|| {
+                                DataFusionError::Internal(format!("{out} not in any input"))
+                            })?;
+                        let field =
+                            Arc::clone(inputs[i].schema().field_with_unqualified_name(&out)?);
+                        Ok(Transformed::yes(Expr::OuterReferenceColumn(
+                            field,
+                            Column::new_unqualified(out),
+                        )))
+                    })?;
+                    Ok(t.update_data(|e| saved.restore(e)))
+                })?;
+                if p.transformed {
+                    Ok(Transformed::yes(p.data.recompute_schema()?))
+                } else {
+                    Ok(p)
+                }
+            })?
+            .data;
+        // As DataFusion's SQL planner lists them.
+        sub.outer_ref_columns = plan.all_out_ref_exprs();
+        sub.subquery = Arc::new(plan);
+        Ok(sub)
+    }
+
+    /// The output column of `b(c)` over the input holding `c`: the node
+    /// already made there for the same call, else a new one.
+    fn node_for(&mut self, b: &Builtin, c: Column, inputs: &mut [LogicalPlan]) -> DfResult<String> {
+        let name = &b.name;
+        let Some(i) = inputs.iter().position(|p| p.schema().has_column(&c)) else {
+            return plan(format!(
+                "{}; column {c} is not an input of this query",
+                takes(name)
+            ));
+        };
+        let schema = Arc::clone(inputs[i].schema());
+        if let Some(m) = self.made.iter().find(|m| {
+            m.udf == *name && m.arg == c && schema.has_column_with_unqualified_name(&m.out)
+        }) {
+            return Ok(m.out.clone());
+        }
+        let (_, field) = schema.qualified_field_from_column(&c)?;
+        let arg_type = field.data_type().clone();
+        // The node finds its param by name alone: rename an ambiguous one.
+        let same_name = schema
+            .fields()
+            .iter()
+            .filter(|f| f.name() == &c.name)
+            .count();
+        let mut input = inputs[i].clone();
+        let param = if same_name == 1 {
+            c.name.clone()
+        } else {
+            let param = self.fresh("arg");
+            let mut exprs: Vec<Expr> = schema
+                .iter()
+                .map(|(q, f)| Expr::Column(Column::new(q.cloned(), f.name())))
+                .collect();
+            exprs.push(Expr::Column(c.clone()).alias(param.clone()));
+            input = LogicalPlan::Projection(Projection::try_new(exprs, Arc::new(input))?);
+            param
+        };
+        let out = self.fresh(name);
+        let udf = (b.make)(&param, &out).map_err(|e| DataFusionError::Plan(e.to_string()))?;
+        if udf
+            .signature()
+            .input
+            .as_ref()
+            .is_some_and(File::is_file_type)
+            && !File::is_file_type(&arg_type)
+        {
+            return plan(format!("{}; {c} is {arg_type}", takes(name)));
+        }
+        let mut s = self.settings.clone();
+        if b.header_only {
+            s = s.prefetch(0);
+        }
+        inputs[i] = attach(input, &param, UdfKind::Map(udf), s)?;
+        self.made.push(Made {
+            udf: name.clone(),
+            arg: c,
+            out: out.clone(),
+        });
+        Ok(out)
+    }
+}
+
+/// A UDF node on `input`, placed below the correlated filters at its top (a
+/// subquery's filter over columns of the enclosing query) so the optimizer can
+/// still pull them up into a join.
+fn attach(input: LogicalPlan, param: &str, kind: UdfKind, s: Settings) -> DfResult<LogicalPlan> {
+    match input {
+        LogicalPlan::Filter(f)
+            if f.predicate.contains_outer()
+                && f.input.schema().has_column_with_unqualified_name(param) =>
+        {
+            let below = attach(Arc::unwrap_or_clone(f.input), param, kind, s)?;
+            Ok(LogicalPlan::Filter(Filter::try_new(
+                f.predicate,
+                Arc::new(below),
+            )?))
+        }
+        other => Ok(UdfNode::try_new(other, kind, s)
+            .map_err(|e| e.into_df())?
+            .into_plan()),
+    }
+}
+
+/// Whether `e` calls one of `table`'s UDFs, or holds a subquery that still
+/// does (over a column of the enclosing query).
+fn calls_udf(table: &[Builtin], e: &Expr) -> DfResult<bool> {
+    e.exists(|x| match x {
+        Expr::ScalarFunction(f) => Ok(table.iter().any(|b| b.name == f.func.name())),
+        Expr::Exists(Exists { subquery, .. })
+        | Expr::InSubquery(InSubquery { subquery, .. })
+        | Expr::SetComparison(SetComparison { subquery, .. })
+        | Expr::ScalarSubquery(subquery) => subquery_calls(table, subquery),
+        _ => Ok(false),
+    })
+}
+
+/// Whether a subquery's plan (its own nested subqueries included) calls one
+/// of `table`'s UDFs.
+fn subquery_calls(table: &[Builtin], sub: &Subquery) -> DfResult<bool> {
+    let mut found = false;
+    sub.subquery.apply_with_subqueries(|p| {
+        for e in p.expressions() {
+            found |= calls_udf(table, &e)?;
+        }
+        Ok(if found {
+            TreeNodeRecursion::Stop
+        } else {
+            TreeNodeRecursion::Continue
+        })
+    })?;
+    Ok(found)
+}
+
+fn takes(name: &str) -> String {
+    format!("{name}() takes a File column, e.g. {name}(file)")
+}
+
+fn plan<T>(message: String) -> DfResult<T> {
+    Err(DataFusionError::Plan(message))
 }

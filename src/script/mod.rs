@@ -9,8 +9,8 @@
 //! - `SHOW DATASETS;` lists the catalog;
 //! - table functions `read_storage`, `read_dataset`, `read_parquet`, `read_csv`,
 //!   `read_json`, `tar_members` (see `functions.rs`), and built-in UDFs by name
-//!   in SELECT lists (see `builtins.rs`), planned with the same `PrefetchExec`
-//!   as from the Rust API;
+//!   wherever an expression stands (see `builtins.rs`), planned with the same
+//!   `PrefetchExec` as from the Rust API;
 //! - everything else (`SELECT`, `EXPLAIN [ANALYZE]`, `CREATE VIEW`, ...) is DataFusion's.
 //!
 //! `SET` of a credential (`storage.*key*`, `*secret*`, `*token*`, ...) echoes

@@ -18,5 +18,6 @@ mod relational;
 mod scripts;
 mod shared_cache;
 mod sources;
+mod sql_udfs;
 mod storage_faults;
 mod udf_kinds;
