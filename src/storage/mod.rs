@@ -10,6 +10,13 @@
 //! endpoint the user gives allows plain HTTP unless they set `allow_http`,
 //! and a store's bare "builder error" is [`explain`]ed (which setting to set).
 //!
+//! First-run mistakes fail at once with one line saying what to do: S3 without
+//! credentials (none configured and no instance metadata endpoint answering:
+//! which settings or variables to set, [`NoCredentials`], not a minute of
+//! metadata retries), a bucket that does not exist ([`explain_at`]: at which
+//! endpoint), a local path that does not exist (relative to which directory,
+//! and the closest existing name).
+//!
 //! Keys round-trip: a listed file's `source` is `scheme://host/` plus the
 //! prefix verbatim and its `path` the rest of the key verbatim;
 //! [`Location::of_source`] and [`Location::child`] turn them back into the
@@ -76,7 +83,7 @@ impl Location {
             _ => {
                 let path = std::path::absolute(uri).map_err(|e| invalid(&e.to_string()))?;
                 if must_exist && !path.exists() {
-                    return Err(invalid("no such file or directory"));
+                    return Err(invalid(&missing_path(uri)));
                 }
                 Url::from_file_path(&path).map_err(|_| invalid("not an absolute path"))?
             }
@@ -154,6 +161,52 @@ impl Location {
     }
 }
 
+/// Why local path `uri` does not exist: relative to which directory, and the
+/// path with its first missing part replaced by the closest existing name.
+fn missing_path(uri: &str) -> String {
+    let typed = std::path::Path::new(uri);
+    let base = if typed.is_relative() {
+        std::env::current_dir().ok()
+    } else {
+        None
+    };
+    let mut msg = "no such file or directory".to_string();
+    if let Some(dir) = &base {
+        msg.push_str(&format!(
+            " (relative to the current directory {})",
+            dir.display()
+        ));
+    }
+    // The first missing component, and the closest name in its parent.
+    let mut have = std::path::PathBuf::new();
+    for part in typed.components() {
+        let next = have.join(part);
+        let full = base
+            .as_ref()
+            .map_or_else(|| next.clone(), |b| b.join(&next));
+        if !full.exists() {
+            let parent = base
+                .as_ref()
+                .map_or_else(|| have.clone(), |b| b.join(&have));
+            let names: Vec<String> = std::fs::read_dir(&parent)
+                .into_iter()
+                .flatten()
+                .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .collect();
+            let name = part.as_os_str().to_string_lossy();
+            if let Some(close) = crate::util::closest(&name, names.iter().map(String::as_str)) {
+                msg.push_str(&format!(
+                    "; did you mean {:?}?",
+                    have.join(close).display().to_string()
+                ));
+            }
+            break;
+        }
+        have = next;
+    }
+    msg
+}
+
 /// `prefix/relative` (either may be empty), the object key of a listed file.
 fn join_key(prefix: &str, relative: &str) -> String {
     match (prefix.is_empty(), relative.is_empty()) {
@@ -184,8 +237,16 @@ impl std::error::Error for Explained {
     }
 }
 
-/// `e` as an error source, with [`Explained`]'s hint where one applies.
+/// `e` as an error source, with [`Explained`]'s hint where one applies; a
+/// failed credential lookup is the [`NoCredentials`] it carries.
 pub fn explain(e: object_store::Error) -> Box<dyn std::error::Error + Send + Sync> {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+    while let Some(c) = cause {
+        if let Some(none) = c.downcast_ref::<NoCredentials>() {
+            return Box::new(none.clone());
+        }
+        cause = c.source();
+    }
     if e.to_string().contains("builder error") {
         return Box::new(Explained {
             source: e,
@@ -193,6 +254,132 @@ pub fn explain(e: object_store::Error) -> Box<dyn std::error::Error + Send + Syn
         });
     }
     Box::new(e)
+}
+
+/// [`explain`], and a bucket that does not exist at `loc`'s store (S3's
+/// `NoSuchBucket`) is [`NoSuchBucket`]: which bucket, at which endpoint.
+pub fn explain_at(
+    e: object_store::Error,
+    loc: &Location,
+    options: &BTreeMap<String, String>,
+) -> Box<dyn std::error::Error + Send + Sync> {
+    let is_s3 = matches!(loc.store_url.scheme(), "s3" | "s3a");
+    if is_s3 && e.to_string().contains("NoSuchBucket") {
+        let mut b = AmazonS3Builder::from_env().with_url(loc.store_url.as_str());
+        for (k, v) in options {
+            if let Ok(key) = k.parse::<AmazonS3ConfigKey>() {
+                b = b.with_config(key, v);
+            }
+        }
+        let endpoint = b
+            .get_config_value(&AmazonS3ConfigKey::Endpoint)
+            .and_then(|e| Url::parse(&e).ok())
+            .map(|mut u| {
+                let _ = u.set_password(None);
+                let _ = u.set_username("");
+                u.as_str().trim_end_matches('/').to_string()
+            })
+            .unwrap_or_else(|| {
+                let region = b
+                    .get_config_value(&AmazonS3ConfigKey::Region)
+                    .unwrap_or_else(|| "us-east-1".into());
+                format!("https://s3.{region}.amazonaws.com")
+            });
+        return Box::new(NoSuchBucket {
+            bucket: loc.store_url.host_str().unwrap_or_default().to_string(),
+            endpoint,
+            source: e,
+        });
+    }
+    explain(e)
+}
+
+/// A bucket the store's server does not have.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "bucket {bucket} does not exist at {endpoint} (check the bucket name, or \
+     storage.endpoint / AWS_ENDPOINT for another server)"
+)]
+pub struct NoSuchBucket {
+    bucket: String,
+    endpoint: String,
+    #[source]
+    source: object_store::Error,
+}
+
+/// S3 without credentials: none configured and no instance metadata endpoint
+/// answering. Says which settings or environment variables to set.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error(
+    "no credentials for {url}: set storage.access_key_id and storage.secret_access_key \
+     (--set or SET), or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY \
+     (storage.skip_signature=true for a public bucket)"
+)]
+pub struct NoCredentials {
+    url: String,
+}
+
+/// The instance metadata credentials object_store falls back to when nothing
+/// else is configured, asked only once its endpoint accepts a connection: where
+/// none answers (any machine outside a cloud), every request fails at once
+/// with [`NoCredentials`] instead of after a minute of retried connects.
+#[derive(Debug)]
+struct InstanceCredentials {
+    url: String,
+    metadata: String,
+    inner: object_store::aws::AwsCredentialProvider,
+    reachable: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl object_store::CredentialProvider for InstanceCredentials {
+    type Credential = object_store::aws::AwsCredential;
+
+    async fn get_credential(&self) -> object_store::Result<Arc<Self::Credential>> {
+        use std::sync::atomic::Ordering;
+        if !self.reachable.load(Ordering::Relaxed) {
+            let metadata = self.metadata.clone();
+            // object_store's own connect timeout for the metadata endpoint.
+            let connects = tokio::task::spawn_blocking(move || {
+                let url = Url::parse(&metadata).ok()?;
+                let addr = std::net::ToSocketAddrs::to_socket_addrs(&(
+                    url.host_str()?.trim_matches(['[', ']']),
+                    url.port_or_known_default()?,
+                ))
+                .ok()?
+                .next()?;
+                std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(1)).ok()
+            })
+            .await
+            .ok()
+            .flatten()
+            .is_some();
+            if !connects {
+                return Err(object_store::Error::Generic {
+                    store: "S3",
+                    source: Box::new(NoCredentials {
+                        url: self.url.clone(),
+                    }),
+                });
+            }
+            self.reachable.store(true, Ordering::Relaxed);
+        }
+        self.inner.get_credential().await
+    }
+}
+
+/// Whether `b` would fall back to instance metadata credentials (nothing
+/// else configured, requests signed).
+fn uses_instance_credentials(b: &AmazonS3Builder) -> bool {
+    let set = |k: AmazonS3ConfigKey| b.get_config_value(&k).is_some();
+    !(set(AmazonS3ConfigKey::AccessKeyId)
+        || set(AmazonS3ConfigKey::SecretAccessKey)
+        || (set(AmazonS3ConfigKey::WebIdentityTokenFile) && set(AmazonS3ConfigKey::RoleArn))
+        || set(AmazonS3ConfigKey::ContainerCredentialsRelativeUri)
+        || (set(AmazonS3ConfigKey::ContainerCredentialsFullUri)
+            && set(AmazonS3ConfigKey::ContainerAuthorizationTokenFile))
+        || b.get_config_value(&AmazonS3ConfigKey::SkipSignature)
+            .is_some_and(|v| v.eq_ignore_ascii_case("true")))
 }
 
 /// An `http://` endpoint the user gave means plain HTTP: `allow_http` is
@@ -270,7 +457,22 @@ fn build_store(loc: &Location, options: &BTreeMap<String, String>) -> Result<Arc
                 allow_http_set |= key == AmazonS3ConfigKey::Client(ClientConfigKey::AllowHttp);
                 b = b.with_config(key, v);
             }
-            Arc::new(s3_plain_http(b, allow_http_set)?.build().map_err(err)?)
+            let b = s3_plain_http(b, allow_http_set)?;
+            if uses_instance_credentials(&b) {
+                let inner = b.clone().build().map_err(err)?;
+                let metadata = b
+                    .get_config_value(&AmazonS3ConfigKey::MetadataEndpoint)
+                    .unwrap_or_else(|| "http://169.254.169.254".into());
+                let creds = InstanceCredentials {
+                    url: url.to_string(),
+                    metadata,
+                    inner: Arc::clone(inner.credentials()),
+                    reachable: Default::default(),
+                };
+                Arc::new(b.with_credentials(Arc::new(creds)).build().map_err(err)?)
+            } else {
+                Arc::new(b.build().map_err(err)?)
+            }
         }
         "gs" => {
             let mut b = GoogleCloudStorageBuilder::from_env().with_url(url);

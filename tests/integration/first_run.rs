@@ -4,9 +4,63 @@
 //! the usual first mistakes (no S3 credentials, a bucket that does not exist, a
 //! mistyped relative path), against the S3 server on 127.0.0.1.
 
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::Instant;
+
 use udfchain::{Chain, File, Settings, col};
 
-use crate::support::write_files;
+use crate::support::{ACCESS_KEY, S3Server, SECRET_KEY, write_files};
+
+/// The binary with no AWS environment, the metadata endpoint on loopback
+/// (refused at once), run in `cwd`.
+fn udfchain(cwd: &Path, args: &[&str]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_udfchain"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("AWS_") || k == "UDFCHAIN_ROOT" {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env("AWS_METADATA_ENDPOINT", "http://127.0.0.1:1")
+        .current_dir(cwd)
+        .args(args)
+        .output()
+        .expect("run udfchain")
+}
+
+fn stdout_ok(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The one error line of a failed run (exit 1, one line on stderr).
+fn one_error_line(out: &Output) -> String {
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.starts_with("udfchain: ") && err.trim_end().lines().count() == 1,
+        "{err}"
+    );
+    eprintln!("{err}");
+    err.trim_end().to_string()
+}
+
+fn endpoint_settings(s3: &S3Server) -> Vec<String> {
+    [
+        format!("storage.endpoint={}", s3.endpoint),
+        "storage.region=us-east-1".to_string(),
+        "storage.virtual_hosted_style_request=false".to_string(),
+    ]
+    .into_iter()
+    .flat_map(|kv| ["--set".to_string(), kv])
+    .collect()
+}
 
 #[tokio::test]
 async fn chain_new_gives_the_rows_and_plan_of_from_storage() {
@@ -90,4 +144,104 @@ async fn settings_before_the_source_apply_to_udfs_added_after() {
         .await
         .expect("values");
     assert_eq!(values.iter().map(|b| b.num_rows()).sum::<usize>(), 3);
+}
+
+#[test]
+fn missing_s3_credentials_say_which_settings_to_set() {
+    let s3 = S3Server::start();
+    write_files(&s3.bucket_dir(), 2, |_| 3);
+    let cwd = tempfile::tempdir().expect("cwd");
+    let mut args: Vec<String> = endpoint_settings(&s3);
+    args.extend(["ls".to_string(), "s3://bucket/".to_string()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let start = Instant::now();
+    let out = udfchain(cwd.path(), &args);
+    eprintln!("no credentials: failed after {:?}", start.elapsed());
+    let err = one_error_line(&out);
+    for want in [
+        "s3://bucket",
+        "storage.access_key_id",
+        "storage.secret_access_key",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+    ] {
+        assert!(err.contains(want), "{want} missing: {err}");
+    }
+    // Not a raw credential-chain or retry error.
+    assert!(
+        !err.contains("169.254") && !err.contains("retries") && !err.contains("api/token"),
+        "{err}"
+    );
+    // The same with credentials works (the message is about credentials only).
+    let mut args: Vec<String> = endpoint_settings(&s3);
+    args.extend([
+        "--set".to_string(),
+        format!("storage.access_key_id={ACCESS_KEY}"),
+        "--set".to_string(),
+        format!("storage.secret_access_key={SECRET_KEY}"),
+        "ls".to_string(),
+        "s3://bucket/".to_string(),
+        "--format".to_string(),
+        "csv".to_string(),
+    ]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let listed = stdout_ok(&udfchain(cwd.path(), &args));
+    assert_eq!(listed.lines().count(), 3, "{listed}");
+}
+
+#[test]
+fn a_missing_bucket_says_it_does_not_exist_at_the_endpoint() {
+    let s3 = S3Server::start();
+    let cwd = tempfile::tempdir().expect("cwd");
+    for cmd in [
+        vec!["ls", "s3://no-such-bucket/imgs/"],
+        vec![
+            "query",
+            "SELECT sha256(file) FROM read_storage('s3://no-such-bucket/imgs/')",
+        ],
+    ] {
+        let mut args: Vec<String> = endpoint_settings(&s3);
+        args.extend([
+            "--set".to_string(),
+            format!("storage.access_key_id={ACCESS_KEY}"),
+            "--set".to_string(),
+            format!("storage.secret_access_key={SECRET_KEY}"),
+        ]);
+        args.extend(cmd.iter().map(|s| s.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let err = one_error_line(&udfchain(cwd.path(), &args));
+        let want = format!("bucket no-such-bucket does not exist at {}", s3.endpoint);
+        assert!(err.contains(&want), "{want} missing: {err}");
+        assert!(!err.contains(SECRET_KEY), "{err}");
+    }
+}
+
+#[test]
+fn a_missing_relative_path_names_the_current_dir_and_a_close_name() {
+    let cwd = tempfile::tempdir().expect("cwd");
+    std::fs::create_dir_all(cwd.path().join("images/train")).expect("mkdir");
+    std::fs::write(cwd.path().join("images/train/a.jpg"), "x").expect("write");
+    let here = std::path::absolute(cwd.path()).expect("abs");
+
+    let err = one_error_line(&udfchain(cwd.path(), &["ls", "imgaes"]));
+    assert!(
+        err.contains(&format!("current directory {}", here.display()))
+            && err.contains("did you mean \"images\""),
+        "{err}"
+    );
+    // The first missing part is the one corrected, the rest kept.
+    let err = one_error_line(&udfchain(cwd.path(), &["ls", "images/trian/"]));
+    assert!(err.contains("did you mean \"images/train\""), "{err}");
+    // Nothing close: no suggestion, still the directory.
+    let err = one_error_line(&udfchain(
+        cwd.path(),
+        &["query", "SELECT * FROM read_storage('zzzzzzzzzz')"],
+    ));
+    assert!(
+        err.contains(&here.display().to_string()) && !err.contains("did you mean"),
+        "{err}"
+    );
+    // The correct path works.
+    let ok = stdout_ok(&udfchain(cwd.path(), &["ls", "images", "--format", "csv"]));
+    assert_eq!(ok, "path,size\ntrain/a.jpg,1\n");
 }
