@@ -1,6 +1,8 @@
 //! The `udfchain` command line: run scripts and queries, list storage, manage
 //! datasets and the shared cache. Errors print one line (`--verbose`: the chain
 //! of causes) and exit non-zero; long runs show a progress line on a terminal.
+//! Every command's `--help` ends with examples; no arguments print a start guide
+//! (stdout, exit 0).
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -18,11 +20,21 @@ use udfchain::script::{Execution, Output, locate, split};
 use udfchain::util::redact::redact;
 use udfchain::{Catalog, Error, RunReport, ScriptRunner, Session, Settings, col};
 
+/// Examples at the end of `udfchain --help`.
+const EXAMPLES: &str = "\
+Examples:
+  udfchain run job.sql                          run a script (SET, CREATE DATASET, SELECT ...)
+  udfchain query \"SELECT file.path, sha256(file) FROM read_storage('data/')\"
+  udfchain ls s3://bucket/images/ --glob '**/*.jpg'
+  udfchain datasets ls                          datasets saved under the root
+  udfchain --set prefetch=16 run job.sql        a setting, as SET prefetch = 16 would";
+
 #[derive(Parser)]
 #[command(
     name = "udfchain",
     version,
-    about = "Chains of user functions over files in object storage"
+    about = "Chains of user functions over files in object storage",
+    after_help = EXAMPLES
 )]
 struct Cli {
     /// Root dir for datasets, caches and temp files (default: $UDFCHAIN_ROOT or ./.udfchain).
@@ -37,8 +49,9 @@ struct Cli {
     /// Print the full chain of causes on error.
     #[arg(long, short, global = true)]
     verbose: bool,
+    /// None: print the start guide.
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -52,27 +65,68 @@ enum Format {
 #[derive(Subcommand)]
 enum Command {
     /// Run a script file (`-` for standard input).
+    #[command(after_help = "\
+Examples:
+  udfchain run job.sql
+  udfchain run - < job.sql
+  udfchain run job.sql --format csv > out.csv
+
+A script holds statements separated by ';', e.g.
+  SET prefetch = 16;
+  CREATE DATASET lines AS SELECT file.path, line_count(file) AS n FROM read_storage('data/');
+  SELECT sum(n) FROM read_dataset('lines');")]
     Run { script: String },
     /// Run one SQL statement.
+    #[command(after_help = "\
+Examples:
+  udfchain query \"SELECT file.path, file.size FROM read_storage('data/') LIMIT 10\"
+  udfchain query \"SELECT sha256(file) AS h FROM read_storage('s3://bucket/imgs/')\" --format json
+  udfchain query \"SELECT count(*) FROM read_dataset('lines')\"")]
     Query { sql: String },
     /// Print the plan of each query of a script.
+    #[command(after_help = "\
+Examples:
+  udfchain explain job.sql
+  udfchain --set prefetch=0 explain job.sql     the plan without prefetching")]
     Explain { script: String },
     /// List the objects under a URI.
+    #[command(after_help = "\
+Examples:
+  udfchain ls data/
+  udfchain ls s3://bucket/images/ --glob '**/*.jpg' --format csv
+  udfchain ls s3://bucket/ --non-recursive
+  udfchain --set storage.endpoint=http://127.0.0.1:9000 ls s3://bucket/")]
     Ls {
         uri: String,
+        /// Only the objects directly under the URI.
         #[arg(long)]
         non_recursive: bool,
+        /// Only paths (relative to the URI) matching this pattern, e.g. '**/*.jpg'.
         #[arg(long)]
         glob: Option<String>,
     },
     /// Count the objects and bytes under a URI.
+    #[command(after_help = "\
+Examples:
+  udfchain du data/
+  udfchain du s3://bucket/images/")]
     Du { uri: String },
     /// Datasets in the catalog.
+    #[command(after_help = "\
+Examples:
+  udfchain datasets ls
+  udfchain datasets info lines
+  udfchain datasets rm lines 2")]
     Datasets {
         #[command(subcommand)]
         command: DatasetsCommand,
     },
     /// The shared cache.
+    #[command(after_help = "\
+Examples:
+  udfchain cache du
+  udfchain cache prune --to 10g
+  udfchain cache clear")]
     Cache {
         #[command(subcommand)]
         command: CacheCommand,
@@ -82,24 +136,70 @@ enum Command {
 #[derive(Subcommand)]
 enum DatasetsCommand {
     /// Every version of every dataset.
+    #[command(after_help = "\
+Examples:
+  udfchain datasets ls
+  udfchain datasets ls --format csv")]
     Ls,
     /// One dataset version (default: latest).
+    #[command(after_help = "\
+Examples:
+  udfchain datasets info lines
+  udfchain datasets info lines 1")]
     Info { name: String, version: Option<u32> },
     /// Remove one version, or all versions.
+    #[command(after_help = "\
+Examples:
+  udfchain datasets rm lines 1                  version 1 only
+  udfchain datasets rm lines                    every version")]
     Rm { name: String, version: Option<u32> },
 }
 
 #[derive(Subcommand)]
 enum CacheCommand {
     /// Entries and bytes in the cache.
+    #[command(after_help = "\
+Examples:
+  udfchain cache du
+  udfchain --root /data/udfchain cache du")]
     Du,
     /// Evict least recently used entries down to SIZE bytes (k/m/g suffixes allowed).
+    #[command(after_help = "\
+Examples:
+  udfchain cache prune --to 10g
+  udfchain cache prune --to 0")]
     Prune {
         #[arg(long)]
         to: String,
     },
     /// Remove every entry.
+    #[command(after_help = "\
+Examples:
+  udfchain cache clear")]
     Clear,
+}
+
+/// What `udfchain` with no command prints: the first commands to try and
+/// where their data goes.
+fn start_guide(root: &std::path::Path) -> String {
+    let root = std::path::absolute(root).unwrap_or_else(|_| root.to_path_buf());
+    format!(
+        "udfchain runs chains of user functions over files in object storage.
+
+Start with:
+  udfchain query \"SELECT file.path, file.size FROM read_storage('data/') LIMIT 10\"
+                                   query a dir (or s3://bucket/prefix/, gs://, az://, http(s)://)
+  udfchain ls data/                list the files of a dir
+  udfchain run job.sql             run a script (SET, CREATE DATASET ... AS SELECT, SELECT)
+  udfchain datasets ls             list the saved datasets
+  udfchain --help                  every command; `udfchain COMMAND --help` shows examples
+
+Root (datasets, shared cache, temp files): {}
+  (set it with --root DIR or UDFCHAIN_ROOT)
+S3 credentials: --set storage.access_key_id=... --set storage.secret_access_key=...
+  or AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY; another endpoint: --set storage.endpoint=URL",
+        root.display()
+    )
 }
 
 /// `println!` that returns an error instead of panicking when standard output
@@ -116,6 +216,15 @@ macro_rules! outln {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
+    if cli.command.is_none() {
+        let root = cli
+            .root
+            .clone()
+            .unwrap_or_else(|| Settings::new().get_root());
+        // A closed stdout is no error here either.
+        let _ = writeln!(std::io::stdout(), "{}", start_guide(&root));
+        return ExitCode::SUCCESS;
+    }
     let verbose = cli.verbose;
     match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
@@ -153,7 +262,10 @@ async fn run(cli: Cli) -> udfchain::Result<()> {
     }
     let session = Session::with_settings(settings.clone());
     let out = Printer { format: cli.format };
-    match cli.command {
+    let Some(command) = cli.command else {
+        return Ok(()); // `main` printed the start guide
+    };
+    match command {
         Command::Run { script } => run_script(&session, &read_script(&script)?, &out, false).await,
         Command::Query { sql } => run_script(&session, &sql, &out, false).await,
         Command::Explain { script } => {

@@ -147,6 +147,68 @@ async fn settings_before_the_source_apply_to_udfs_added_after() {
 }
 
 #[test]
+fn no_arguments_print_a_start_guide_and_exit_0() {
+    let cwd = tempfile::tempdir().expect("cwd");
+    let out = udfchain(cwd.path(), &[]);
+    let guide = stdout_ok(&out);
+    for want in [
+        "udfchain run ",
+        "udfchain query ",
+        "udfchain datasets ls",
+        "udfchain --help",
+    ] {
+        assert!(guide.contains(want), "{want} missing:\n{guide}");
+    }
+    // Where the root is: ./.udfchain of the current dir by default.
+    let root = std::path::absolute(cwd.path().join(".udfchain")).expect("abs");
+    assert!(
+        guide.contains(&root.display().to_string()),
+        "root {} missing:\n{guide}",
+        root.display()
+    );
+    // --root is honoured.
+    let mine = cwd.path().join("mine");
+    let out = udfchain(cwd.path(), &["--root", mine.to_str().expect("utf8")]);
+    assert!(stdout_ok(&out).contains(&mine.display().to_string()));
+    // Nothing was created by printing a guide.
+    assert!(!cwd.path().join(".udfchain").exists() && !mine.exists());
+}
+
+#[test]
+fn help_of_every_command_shows_examples() {
+    let cwd = tempfile::tempdir().expect("cwd");
+    let top = stdout_ok(&udfchain(cwd.path(), &["--help"]));
+    assert!(
+        top.contains("Examples:") && top.contains("udfchain run job.sql"),
+        "{top}"
+    );
+    for cmd in [
+        &["run"][..],
+        &["query"],
+        &["explain"],
+        &["ls"],
+        &["du"],
+        &["datasets"],
+        &["datasets", "ls"],
+        &["datasets", "info"],
+        &["datasets", "rm"],
+        &["cache"],
+        &["cache", "du"],
+        &["cache", "prune"],
+        &["cache", "clear"],
+    ] {
+        let mut args = cmd.to_vec();
+        args.push("--help");
+        let help = stdout_ok(&udfchain(cwd.path(), &args));
+        let example = format!("udfchain {}", cmd.join(" "));
+        assert!(
+            help.contains("Examples:") && help.contains(&example),
+            "{args:?}:\n{help}"
+        );
+    }
+}
+
+#[test]
 fn missing_s3_credentials_say_which_settings_to_set() {
     let s3 = S3Server::start();
     write_files(&s3.bucket_dir(), 2, |_| 3);
