@@ -114,6 +114,9 @@ impl Chain {
     /// Starts a chain whose settings (and session) come before its source, as
     /// in `Chain::new().settings(..).from_storage(uri).map(..)`; the same plan
     /// as `Chain::from_storage(uri).settings(..).map(..)`.
+    // The design's entry point: a chain with no source yet is a builder, so
+    // that one without a source cannot run.
+    #[allow(clippy::new_ret_no_self)]
     pub fn new() -> ChainBuilder {
         ChainBuilder::default()
     }
