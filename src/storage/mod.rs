@@ -551,6 +551,89 @@ mod tests {
     }
 
     #[test]
+    fn instance_credentials_only_when_nothing_else_is_configured() {
+        let b = || AmazonS3Builder::new().with_bucket_name("b");
+        assert!(uses_instance_credentials(&b()));
+        assert!(!uses_instance_credentials(
+            &b().with_access_key_id("k").with_secret_access_key("s")
+        ));
+        assert!(!uses_instance_credentials(&b().with_skip_signature(true)));
+        assert!(!uses_instance_credentials(&b().with_config(
+            AmazonS3ConfigKey::ContainerCredentialsRelativeUri,
+            "/creds"
+        )));
+        // A role ARN without its token file is not web identity.
+        let arn = b().with_config(AmazonS3ConfigKey::RoleArn, "arn:aws:iam::1:role/r");
+        assert!(uses_instance_credentials(&arn));
+        let web = arn.with_config(AmazonS3ConfigKey::WebIdentityTokenFile, "/token");
+        assert!(!uses_instance_credentials(&web));
+    }
+
+    #[test]
+    fn explain_finds_no_credentials_inside_a_store_error() {
+        let e = object_store::Error::Generic {
+            store: "S3",
+            source: Box::new(object_store::Error::Generic {
+                store: "S3",
+                source: Box::new(NoCredentials {
+                    url: "s3://b/".into(),
+                }),
+            }),
+        };
+        let msg = explain(e).to_string();
+        assert!(
+            msg.starts_with("no credentials for s3://b/:") && msg.contains("AWS_ACCESS_KEY_ID"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn a_missing_bucket_names_the_endpoint_without_credentials() {
+        let loc = Location::parse("s3://nob/x").expect("parse");
+        let options = BTreeMap::from([
+            (
+                "endpoint".to_string(),
+                "http://user:pw@127.0.0.1:9000".to_string(),
+            ),
+            ("secret_access_key".to_string(), "hush".to_string()),
+        ]);
+        let e = || object_store::Error::NotFound {
+            path: "x".into(),
+            source: "<Error><Code>NoSuchBucket</Code></Error>".into(),
+        };
+        let msg = explain_at(e(), &loc, &options).to_string();
+        assert!(
+            msg.starts_with("bucket nob does not exist at http://127.0.0.1:9000 "),
+            "{msg}"
+        );
+        assert!(!msg.contains("pw") && !msg.contains("hush"), "{msg}");
+        // Not S3: the store's own error.
+        let mem = Location::parse("memory://m/x").expect("parse");
+        assert!(
+            !explain_at(e(), &mem, &options)
+                .to_string()
+                .contains("bucket")
+        );
+    }
+
+    #[test]
+    fn a_missing_path_names_the_dir_and_the_closest_name() {
+        let dir = tempfile::tempdir().expect("dir");
+        std::fs::create_dir_all(dir.path().join("images/train")).expect("mkdir");
+        let abs = dir.path().join("images/trian");
+        let msg = missing_path(&abs.display().to_string());
+        let want = dir.path().join("images/train").display().to_string();
+        assert!(msg.contains(&format!("did you mean {want:?}")), "{msg}");
+        // An absolute path names no current directory.
+        assert!(!msg.contains("current directory"), "{msg}");
+        let far = dir.path().join("zzzzzzzz/x");
+        assert_eq!(
+            missing_path(&far.display().to_string()),
+            "no such file or directory"
+        );
+    }
+
+    #[test]
     fn join_key_of_empty_parts() {
         assert_eq!(join_key("", "a/b"), "a/b");
         assert_eq!(join_key("p", ""), "p");

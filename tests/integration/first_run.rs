@@ -307,3 +307,31 @@ fn a_missing_relative_path_names_the_current_dir_and_a_close_name() {
     let ok = stdout_ok(&udfchain(cwd.path(), &["ls", "images", "--format", "csv"]));
     assert_eq!(ok, "path,size\ntrain/a.jpg,1\n");
 }
+
+/// Where an instance metadata endpoint answers (a machine in the cloud), its
+/// credentials are still asked for: the fast "no credentials" error is only for
+/// an endpoint that does not connect. Here the "metadata endpoint" is the S3
+/// server itself, which refuses the token request.
+#[test]
+fn an_answering_metadata_endpoint_is_still_asked_for_credentials() {
+    let s3 = S3Server::start();
+    let cwd = tempfile::tempdir().expect("cwd");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_udfchain"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("AWS_") {
+            cmd.env_remove(k);
+        }
+    }
+    let out = cmd
+        .env("AWS_METADATA_ENDPOINT", &s3.endpoint)
+        .current_dir(cwd.path())
+        .args(endpoint_settings(&s3))
+        .args(["ls", "s3://bucket/"])
+        .output()
+        .expect("run udfchain");
+    let err = one_error_line(&out);
+    assert!(
+        err.contains("latest/api/token") && !err.contains("no credentials"),
+        "{err}"
+    );
+}
