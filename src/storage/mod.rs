@@ -15,7 +15,8 @@
 //! which settings or variables to set, [`NoCredentials`], not a minute of
 //! metadata retries), a bucket that does not exist ([`explain_at`]: at which
 //! endpoint), a local path that does not exist (relative to which directory,
-//! and the closest existing name).
+//! and the closest existing name), an access key id without its secret (or the
+//! reverse) and an unknown storage option (the closest known one).
 //!
 //! Keys round-trip: a listed file's `source` is `scheme://host/` plus the
 //! prefix verbatim and its `path` the rest of the key verbatim;
@@ -368,6 +369,50 @@ impl object_store::CredentialProvider for InstanceCredentials {
     }
 }
 
+/// The storage options a first run usually means (the closest is suggested
+/// for an unknown one); every object_store config key is accepted.
+const STORAGE_OPTIONS: [&str; 12] = [
+    "endpoint",
+    "region",
+    "access_key_id",
+    "secret_access_key",
+    "session_token",
+    "allow_http",
+    "virtual_hosted_style_request",
+    "skip_signature",
+    "metadata_endpoint",
+    "service_account_path",
+    "account_name",
+    "access_key",
+];
+
+/// An access key id without its secret, or a secret without its id: which
+/// one is missing, instead of the store's bare "Missing SecretAccessKey".
+fn half_a_key(b: &AmazonS3Builder, url: &str) -> Result<()> {
+    let id = b
+        .get_config_value(&AmazonS3ConfigKey::AccessKeyId)
+        .is_some();
+    let secret = b
+        .get_config_value(&AmazonS3ConfigKey::SecretAccessKey)
+        .is_some();
+    let (have, missing, var) = match (id, secret) {
+        (true, false) => (
+            "storage.access_key_id",
+            "storage.secret_access_key",
+            "AWS_SECRET_ACCESS_KEY",
+        ),
+        (false, true) => (
+            "storage.secret_access_key",
+            "storage.access_key_id",
+            "AWS_ACCESS_KEY_ID",
+        ),
+        _ => return Ok(()),
+    };
+    Err(Error::Plan(format!(
+        "{url} has {have} (or its AWS_* variable) but no {missing}: set {missing} or {var}"
+    )))
+}
+
 /// Whether `b` would fall back to instance metadata credentials (nothing
 /// else configured, requests signed).
 fn uses_instance_credentials(b: &AmazonS3Builder) -> bool {
@@ -446,7 +491,12 @@ fn build_store(loc: &Location, options: &BTreeMap<String, String>) -> Result<Arc
         url: url.to_string(),
         source: Arc::new(e),
     };
-    let bad_option = |k: &str| Error::Plan(format!("unknown storage option {k:?} for {url}"));
+    let bad_option = |k: &str| {
+        let hint = crate::util::closest(k, STORAGE_OPTIONS)
+            .map(|c| format!(" (did you mean {c}?)"))
+            .unwrap_or_default();
+        Error::Plan(format!("unknown storage option {k:?} for {url}{hint}"))
+    };
     let store: Arc<dyn ObjectStore> = match loc.store_url.scheme() {
         "memory" => Arc::new(InMemory::new()),
         "s3" | "s3a" => {
@@ -458,6 +508,7 @@ fn build_store(loc: &Location, options: &BTreeMap<String, String>) -> Result<Arc
                 b = b.with_config(key, v);
             }
             let b = s3_plain_http(b, allow_http_set)?;
+            half_a_key(&b, url)?;
             if uses_instance_credentials(&b) {
                 let inner = b.clone().build().map_err(err)?;
                 let metadata = b
@@ -567,6 +618,41 @@ mod tests {
         assert!(uses_instance_credentials(&arn));
         let web = arn.with_config(AmazonS3ConfigKey::WebIdentityTokenFile, "/token");
         assert!(!uses_instance_credentials(&web));
+    }
+
+    #[test]
+    fn half_a_key_says_which_half_is_missing() {
+        let b = AmazonS3Builder::new().with_bucket_name("b");
+        assert!(half_a_key(&b, "s3://b/").is_ok());
+        let id = b.clone().with_access_key_id("AKID");
+        let msg = half_a_key(&id, "s3://b/")
+            .expect_err("no secret")
+            .to_string();
+        assert!(
+            msg.contains("no storage.secret_access_key")
+                && msg.contains("AWS_SECRET_ACCESS_KEY")
+                && !msg.contains("AKID"),
+            "{msg}"
+        );
+        let secret = b.clone().with_secret_access_key("hush");
+        let msg = half_a_key(&secret, "s3://b/")
+            .expect_err("no id")
+            .to_string();
+        assert!(
+            msg.contains("no storage.access_key_id") && !msg.contains("hush"),
+            "{msg}"
+        );
+        assert!(half_a_key(&id.with_secret_access_key("s"), "s3://b/").is_ok());
+    }
+
+    #[test]
+    fn an_unknown_storage_option_suggests_the_closest() {
+        let loc = Location::parse("s3://b/").expect("parse");
+        let options = BTreeMap::from([("endpont".to_string(), "http://x".to_string())]);
+        let msg = build_store(&loc, &options)
+            .expect_err("unknown")
+            .to_string();
+        assert!(msg.contains("did you mean endpoint?"), "{msg}");
     }
 
     #[test]

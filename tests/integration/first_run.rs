@@ -335,3 +335,37 @@ fn an_answering_metadata_endpoint_is_still_asked_for_credentials() {
         "{err}"
     );
 }
+
+/// An access key id given without its secret (or the reverse) and a mistyped
+/// storage option: which setting is missing, which one was meant.
+#[test]
+fn half_a_key_and_a_mistyped_option_say_what_to_set() {
+    let cwd = tempfile::tempdir().expect("cwd");
+    let err = one_error_line(&udfchain(
+        cwd.path(),
+        &[
+            "--set",
+            "storage.endpoint=http://127.0.0.1:1",
+            "--set",
+            "storage.access_key_id=AKIDEXAMPLE",
+            "ls",
+            "s3://bucket/",
+        ],
+    ));
+    assert!(
+        err.contains(
+            "no storage.secret_access_key: set storage.secret_access_key or AWS_SECRET_ACCESS_KEY"
+        ) && !err.contains("AKIDEXAMPLE"),
+        "{err}"
+    );
+    let err = one_error_line(&udfchain(
+        cwd.path(),
+        &[
+            "--set",
+            "storage.endpont=http://127.0.0.1:1",
+            "ls",
+            "s3://bucket/",
+        ],
+    ));
+    assert!(err.contains("did you mean endpoint?"), "{err}");
+}
