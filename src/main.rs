@@ -375,9 +375,18 @@ fn read_script(path: &str) -> udfchain::Result<String> {
         })?;
         return Ok(s);
     }
-    std::fs::read_to_string(path).map_err(|e| Error::Io {
-        path: path.into(),
-        source: Arc::new(e),
+    std::fs::read_to_string(path).map_err(|e| {
+        // A mistyped script name: where it was looked for, and a close name.
+        let e = match e.kind() {
+            std::io::ErrorKind::NotFound => {
+                std::io::Error::new(e.kind(), udfchain::storage::missing_path(path))
+            }
+            _ => e,
+        };
+        Error::Io {
+            path: path.into(),
+            source: Arc::new(e),
+        }
     })
 }
 

@@ -461,6 +461,7 @@ impl Chain {
         let ctx = self.session.context();
         let options = self.settings.get_storage_options();
         let open = |uri: &str| -> Result<()> {
+            crate::storage::check_local_path(uri)?;
             if let Ok(loc) = Location::parse(uri) {
                 crate::storage::open_store(ctx.runtime_env().as_ref(), &loc, options)?;
             }

@@ -162,9 +162,26 @@ impl Location {
     }
 }
 
+/// An error when `uri` is a local path (no scheme, no glob characters) that
+/// does not exist, saying where it was looked for ([`missing_path`]); `Ok` for
+/// anything else (URLs and globs are checked by whoever opens them).
+pub fn check_local_path(uri: &str) -> Result<()> {
+    let is_url = Url::parse(uri).is_ok_and(|u| u.scheme().len() > 1);
+    if is_url || uri.contains(['*', '?', '[', '{']) || uri.trim().is_empty() {
+        return Ok(());
+    }
+    match std::path::absolute(uri) {
+        Ok(p) if !p.exists() => Err(Error::InvalidUri {
+            uri: crate::util::redact::redact(uri).into_owned(),
+            reason: missing_path(uri),
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// Why local path `uri` does not exist: relative to which directory, and the
 /// path with its first missing part replaced by the closest existing name.
-fn missing_path(uri: &str) -> String {
+pub fn missing_path(uri: &str) -> String {
     let typed = std::path::Path::new(uri);
     let base = if typed.is_relative() {
         std::env::current_dir().ok()

@@ -369,3 +369,46 @@ fn half_a_key_and_a_mistyped_option_say_what_to_set() {
     ));
     assert!(err.contains("did you mean endpoint?"), "{err}");
 }
+
+/// The same for the other things a first run names by a relative path: a
+/// script to run, and the files of `read_parquet`/`read_csv`/`read_json`
+/// (a glob is left to DataFusion).
+#[test]
+fn a_missing_script_or_file_names_the_current_dir_and_a_close_name() {
+    let cwd = tempfile::tempdir().expect("cwd");
+    std::fs::write(cwd.path().join("job.sql"), "SELECT 1 AS one;").expect("write");
+    std::fs::write(cwd.path().join("data.csv"), "a,b\n1,2\n").expect("write");
+    let here = std::path::absolute(cwd.path()).expect("abs");
+    let dir = format!("current directory {}", here.display());
+
+    let err = one_error_line(&udfchain(cwd.path(), &["run", "jb.sql"]));
+    assert!(
+        err.contains(&dir) && err.contains("did you mean \"job.sql\""),
+        "{err}"
+    );
+    for f in [
+        "read_csv('dat.csv')",
+        "read_parquet('dat.csv')",
+        "read_json('dat.csv')",
+    ] {
+        let err = one_error_line(&udfchain(
+            cwd.path(),
+            &["query", &format!("SELECT * FROM {f}")],
+        ));
+        assert!(
+            err.contains(&dir) && err.contains("did you mean \"data.csv\""),
+            "{err}"
+        );
+    }
+    // The right names work; a glob that matches is not refused.
+    let ok = stdout_ok(&udfchain(
+        cwd.path(),
+        &["run", "job.sql", "--format", "csv"],
+    ));
+    assert_eq!(ok, "one\n1\n");
+    for f in ["data.csv", "*.csv"] {
+        let q = format!("SELECT b FROM read_csv('{f}')");
+        let ok = stdout_ok(&udfchain(cwd.path(), &["query", &q, "--format", "csv"]));
+        assert_eq!(ok, "b\n2\n", "{f}");
+    }
+}
