@@ -8,10 +8,18 @@
 //! A builder has no `collect`: a chain without a source cannot run, and saying
 //! so is the compiler's job.
 //!
-//! ```compile_fail
+//! ```compile_fail,E0599
 //! // No source: there is nothing to collect.
 //! # async fn f() {
 //! let rows = udfchain::Chain::new().collect().await;
+//! # }
+//! ```
+//!
+//! The same with a source compiles (so the failure above is the missing source):
+//!
+//! ```no_run
+//! # async fn f() {
+//! let rows = udfchain::Chain::new().from_values(&[1u32]).collect().await;
 //! # }
 //! ```
 
