@@ -75,20 +75,29 @@ A script holds statements separated by ';', e.g.
   SET prefetch = 16;
   CREATE DATASET lines AS SELECT file.path, line_count(file) AS n FROM read_storage('data/');
   SELECT sum(n) FROM read_dataset('lines');")]
-    Run { script: String },
+    Run {
+        /// The script file, or `-` for standard input.
+        script: String,
+    },
     /// Run one SQL statement.
     #[command(after_help = "\
 Examples:
   udfchain query \"SELECT file.path, file.size FROM read_storage('data/') LIMIT 10\"
   udfchain query \"SELECT sha256(file) AS h FROM read_storage('s3://bucket/imgs/')\" --format json
   udfchain query \"SELECT count(*) FROM read_dataset('lines')\"")]
-    Query { sql: String },
+    Query {
+        /// One SQL statement (quote it for the shell).
+        sql: String,
+    },
     /// Print the plan of each query of a script.
     #[command(after_help = "\
 Examples:
   udfchain explain job.sql
   udfchain --set prefetch=0 explain job.sql     the plan without prefetching")]
-    Explain { script: String },
+    Explain {
+        /// The script file, or `-` for standard input.
+        script: String,
+    },
     /// List the objects under a URI.
     #[command(after_help = "\
 Examples:
@@ -97,6 +106,7 @@ Examples:
   udfchain ls s3://bucket/ --non-recursive
   udfchain --set storage.endpoint=http://127.0.0.1:9000 ls s3://bucket/")]
     Ls {
+        /// A local dir, or s3://, gs://, az://, http(s)://, file://, memory:// URI.
         uri: String,
         /// Only the objects directly under the URI.
         #[arg(long)]
@@ -110,7 +120,10 @@ Examples:
 Examples:
   udfchain du data/
   udfchain du s3://bucket/images/")]
-    Du { uri: String },
+    Du {
+        /// A local dir, or s3://, gs://, az://, http(s)://, file://, memory:// URI.
+        uri: String,
+    },
     /// Datasets in the catalog.
     #[command(after_help = "\
 Examples:
@@ -146,13 +159,23 @@ Examples:
 Examples:
   udfchain datasets info lines
   udfchain datasets info lines 1")]
-    Info { name: String, version: Option<u32> },
+    Info {
+        /// The dataset's name.
+        name: String,
+        /// The version (default: latest).
+        version: Option<u32>,
+    },
     /// Remove one version, or all versions.
     #[command(after_help = "\
 Examples:
   udfchain datasets rm lines 1                  version 1 only
   udfchain datasets rm lines                    every version")]
-    Rm { name: String, version: Option<u32> },
+    Rm {
+        /// The dataset's name.
+        name: String,
+        /// The version to remove (default: every version).
+        version: Option<u32>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -169,6 +192,7 @@ Examples:
   udfchain cache prune --to 10g
   udfchain cache prune --to 0")]
     Prune {
+        /// The size to prune down to, in bytes (e.g. 500m, 10g).
         #[arg(long)]
         to: String,
     },

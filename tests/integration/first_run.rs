@@ -200,6 +200,16 @@ fn help_of_every_command_shows_examples() {
         let mut args = cmd.to_vec();
         args.push("--help");
         let help = stdout_ok(&udfchain(cwd.path(), &args));
+        // Every positional argument says what it is.
+        let arguments = help
+            .split("Arguments:\n")
+            .nth(1)
+            .map(|rest| rest.split("\n\n").next().unwrap_or_default())
+            .unwrap_or_default();
+        for line in arguments.lines() {
+            let words = line.split_whitespace().count();
+            assert!(words > 1, "{args:?}: argument without help: {line:?}");
+        }
         let example = format!("udfchain {}", cmd.join(" "));
         assert!(
             help.contains("Examples:") && help.contains(&example),
