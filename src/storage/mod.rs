@@ -14,8 +14,9 @@
 //! credentials (none configured and no instance metadata endpoint answering:
 //! which settings or variables to set, [`NoCredentials`], not a minute of
 //! metadata retries), a bucket that does not exist ([`explain_at`]: at which
-//! endpoint), a local path that does not exist (relative to which directory,
-//! and the closest existing name), an access key id without its secret (or the
+//! endpoint), credentials the server rejects (which settings to check), a
+//! local path that does not exist (relative to which directory, and the
+//! closest existing name), an access key id without its secret (or the
 //! reverse) and an unknown storage option (the closest known one).
 //!
 //! Keys round-trip: a listed file's `source` is `scheme://host/` plus the
@@ -274,42 +275,76 @@ pub fn explain(e: object_store::Error) -> Box<dyn std::error::Error + Send + Syn
     Box::new(e)
 }
 
-/// [`explain`], and a bucket that does not exist at `loc`'s store (S3's
-/// `NoSuchBucket`) is [`NoSuchBucket`]: which bucket, at which endpoint.
+/// [`explain`], and for S3 what the server's error code means: a bucket that
+/// does not exist (`NoSuchBucket`) is [`NoSuchBucket`] (which bucket, at which
+/// endpoint); credentials it rejects (`SignatureDoesNotMatch`, an unknown key
+/// id: `InvalidAccessKeyId` on AWS, `NotSignedUp` on s3s) are [`Rejected`]
+/// (which settings to check).
 pub fn explain_at(
     e: object_store::Error,
     loc: &Location,
     options: &BTreeMap<String, String>,
 ) -> Box<dyn std::error::Error + Send + Sync> {
-    let is_s3 = matches!(loc.store_url.scheme(), "s3" | "s3a");
-    if is_s3 && e.to_string().contains("NoSuchBucket") {
-        let mut b = AmazonS3Builder::from_env().with_url(loc.store_url.as_str());
-        for (k, v) in options {
-            if let Ok(key) = k.parse::<AmazonS3ConfigKey>() {
-                b = b.with_config(key, v);
-            }
-        }
-        let endpoint = b
-            .get_config_value(&AmazonS3ConfigKey::Endpoint)
-            .and_then(|e| Url::parse(&e).ok())
-            .map(|mut u| {
-                let _ = u.set_password(None);
-                let _ = u.set_username("");
-                u.as_str().trim_end_matches('/').to_string()
-            })
-            .unwrap_or_else(|| {
-                let region = b
-                    .get_config_value(&AmazonS3ConfigKey::Region)
-                    .unwrap_or_else(|| "us-east-1".into());
-                format!("https://s3.{region}.amazonaws.com")
-            });
+    if !matches!(loc.store_url.scheme(), "s3" | "s3a") {
+        return explain(e);
+    }
+    let text = e.to_string();
+    if text.contains("NoSuchBucket") {
         return Box::new(NoSuchBucket {
             bucket: loc.store_url.host_str().unwrap_or_default().to_string(),
-            endpoint,
+            endpoint: s3_endpoint(loc, options),
+            source: e,
+        });
+    }
+    if let Some(code) = ["SignatureDoesNotMatch", "InvalidAccessKeyId", "NotSignedUp"]
+        .into_iter()
+        .find(|c| text.contains(c))
+    {
+        return Box::new(Rejected {
+            endpoint: s3_endpoint(loc, options),
+            code,
             source: e,
         });
     }
     explain(e)
+}
+
+/// The endpoint `loc`'s S3 store talks to (without user or password): the
+/// configured one, else AWS's for the region.
+fn s3_endpoint(loc: &Location, options: &BTreeMap<String, String>) -> String {
+    let mut b = AmazonS3Builder::from_env().with_url(loc.store_url.as_str());
+    for (k, v) in options {
+        if let Ok(key) = k.parse::<AmazonS3ConfigKey>() {
+            b = b.with_config(key, v);
+        }
+    }
+    b.get_config_value(&AmazonS3ConfigKey::Endpoint)
+        .and_then(|e| Url::parse(&e).ok())
+        .map(|mut u| {
+            let _ = u.set_password(None);
+            let _ = u.set_username("");
+            u.as_str().trim_end_matches('/').to_string()
+        })
+        .unwrap_or_else(|| {
+            let region = b
+                .get_config_value(&AmazonS3ConfigKey::Region)
+                .unwrap_or_else(|| "us-east-1".into());
+            format!("https://s3.{region}.amazonaws.com")
+        })
+}
+
+/// Credentials the S3 server rejected.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the server at {endpoint} rejected the credentials ({code}): check \
+     storage.access_key_id and storage.secret_access_key \
+     (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"
+)]
+pub struct Rejected {
+    endpoint: String,
+    code: &'static str,
+    #[source]
+    source: object_store::Error,
 }
 
 /// A bucket the store's server does not have.

@@ -422,3 +422,32 @@ fn a_missing_script_or_file_names_the_current_dir_and_a_close_name() {
         assert_eq!(ok, "b\n2\n", "{f}");
     }
 }
+
+/// Credentials the server rejects (a wrong secret, an unknown key id): check
+/// which settings, without echoing the secret.
+#[test]
+fn rejected_credentials_say_which_settings_to_check() {
+    let s3 = S3Server::start();
+    write_files(&s3.bucket_dir(), 1, |_| 3);
+    let cwd = tempfile::tempdir().expect("cwd");
+    for (id, secret) in [(ACCESS_KEY, "wrong-secret-123"), ("unknown-id", SECRET_KEY)] {
+        let mut args: Vec<String> = endpoint_settings(&s3);
+        args.extend([
+            "--set".to_string(),
+            format!("storage.access_key_id={id}"),
+            "--set".to_string(),
+            format!("storage.secret_access_key={secret}"),
+            "ls".to_string(),
+            "s3://bucket/".to_string(),
+        ]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let err = one_error_line(&udfchain(cwd.path(), &args));
+        assert!(
+            err.contains("rejected the credentials")
+                && err.contains("storage.secret_access_key")
+                && err.contains("AWS_SECRET_ACCESS_KEY")
+                && !err.contains(secret),
+            "{err}"
+        );
+    }
+}
