@@ -36,7 +36,7 @@ pub mod settings;
 pub mod storage;
 pub mod util;
 
-pub use chain::{Chain, OnError, Prefetch, Settings, col};
+pub use chain::{Chain, ChainBuilder, OnError, Prefetch, Settings, col};
 pub use dataset::{Catalog, DatasetInfo};
 pub use error::{Error, Result};
 pub use plan::{OperatorReport, RunReport};

@@ -5,6 +5,8 @@
 //! when it is a terminal and `CI` is unset, then a one-line summary on stderr
 //! (in pipes too) if they worked on files; `--quiet` turns both off. Standard
 //! output only ever gets results.
+//! Every command's `--help` ends with examples; no arguments print a start
+//! guide (stdout, exit 0).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -22,11 +24,21 @@ use udfchain::script::{Execution, Output, locate, split};
 use udfchain::util::redact::redact;
 use udfchain::{Catalog, Error, ScriptRunner, Session, Settings, col};
 
+/// Examples at the end of `udfchain --help`.
+const EXAMPLES: &str = "\
+Examples:
+  udfchain run job.sql                          run a script (SET, CREATE DATASET, SELECT ...)
+  udfchain query \"SELECT file.path, sha256(file) FROM read_storage('data/')\"
+  udfchain ls s3://bucket/images/ --glob '**/*.jpg'
+  udfchain datasets ls                          datasets saved under the root
+  udfchain --set prefetch=16 run job.sql        a setting, as SET prefetch = 16 would";
+
 #[derive(Parser)]
 #[command(
     name = "udfchain",
     version,
-    about = "Chains of user functions over files in object storage"
+    about = "Chains of user functions over files in object storage",
+    after_help = EXAMPLES
 )]
 struct Cli {
     /// Root dir for datasets, caches and temp files (default: $UDFCHAIN_ROOT or ./.udfchain).
@@ -44,8 +56,9 @@ struct Cli {
     /// No progress display and no summary line.
     #[arg(long, short, global = true)]
     quiet: bool,
+    /// None: print the start guide.
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -59,27 +72,81 @@ enum Format {
 #[derive(Subcommand)]
 enum Command {
     /// Run a script file (`-` for standard input).
-    Run { script: String },
+    #[command(after_help = "\
+Examples:
+  udfchain run job.sql
+  udfchain run - < job.sql
+  udfchain run job.sql --format csv > out.csv
+
+A script holds statements separated by ';', e.g.
+  SET prefetch = 16;
+  CREATE DATASET lines AS SELECT file.path, line_count(file) AS n FROM read_storage('data/');
+  SELECT sum(n) FROM read_dataset('lines');")]
+    Run {
+        /// The script file, or `-` for standard input.
+        script: String,
+    },
     /// Run one SQL statement.
-    Query { sql: String },
+    #[command(after_help = "\
+Examples:
+  udfchain query \"SELECT file.path, file.size FROM read_storage('data/') LIMIT 10\"
+  udfchain query \"SELECT sha256(file) AS h FROM read_storage('s3://bucket/imgs/')\" --format json
+  udfchain query \"SELECT count(*) FROM read_dataset('lines')\"")]
+    Query {
+        /// One SQL statement (quote it for the shell).
+        sql: String,
+    },
     /// Print the plan of each query of a script.
-    Explain { script: String },
+    #[command(after_help = "\
+Examples:
+  udfchain explain job.sql
+  udfchain --set prefetch=0 explain job.sql     the plan without prefetching")]
+    Explain {
+        /// The script file, or `-` for standard input.
+        script: String,
+    },
     /// List the objects under a URI.
+    #[command(after_help = "\
+Examples:
+  udfchain ls data/
+  udfchain ls s3://bucket/images/ --glob '**/*.jpg' --format csv
+  udfchain ls s3://bucket/ --non-recursive
+  udfchain --set storage.endpoint=http://127.0.0.1:9000 ls s3://bucket/")]
     Ls {
+        /// A local dir, or s3://, gs://, az://, http(s)://, file://, memory:// URI.
         uri: String,
+        /// Only the objects directly under the URI.
         #[arg(long)]
         non_recursive: bool,
+        /// Only paths (relative to the URI) matching this pattern, e.g. '**/*.jpg'.
         #[arg(long)]
         glob: Option<String>,
     },
     /// Count the objects and bytes under a URI.
-    Du { uri: String },
+    #[command(after_help = "\
+Examples:
+  udfchain du data/
+  udfchain du s3://bucket/images/")]
+    Du {
+        /// A local dir, or s3://, gs://, az://, http(s)://, file://, memory:// URI.
+        uri: String,
+    },
     /// Datasets in the catalog.
+    #[command(after_help = "\
+Examples:
+  udfchain datasets ls
+  udfchain datasets info lines
+  udfchain datasets rm lines 2")]
     Datasets {
         #[command(subcommand)]
         command: DatasetsCommand,
     },
     /// The shared cache.
+    #[command(after_help = "\
+Examples:
+  udfchain cache du
+  udfchain cache prune --to 10g
+  udfchain cache clear")]
     Cache {
         #[command(subcommand)]
         command: CacheCommand,
@@ -89,24 +156,81 @@ enum Command {
 #[derive(Subcommand)]
 enum DatasetsCommand {
     /// Every version of every dataset.
+    #[command(after_help = "\
+Examples:
+  udfchain datasets ls
+  udfchain datasets ls --format csv")]
     Ls,
     /// One dataset version (default: latest).
-    Info { name: String, version: Option<u32> },
+    #[command(after_help = "\
+Examples:
+  udfchain datasets info lines
+  udfchain datasets info lines 1")]
+    Info {
+        /// The dataset's name.
+        name: String,
+        /// The version (default: latest).
+        version: Option<u32>,
+    },
     /// Remove one version, or all versions.
-    Rm { name: String, version: Option<u32> },
+    #[command(after_help = "\
+Examples:
+  udfchain datasets rm lines 1                  version 1 only
+  udfchain datasets rm lines                    every version")]
+    Rm {
+        /// The dataset's name.
+        name: String,
+        /// The version to remove (default: every version).
+        version: Option<u32>,
+    },
 }
 
 #[derive(Subcommand)]
 enum CacheCommand {
     /// Entries and bytes in the cache.
+    #[command(after_help = "\
+Examples:
+  udfchain cache du
+  udfchain --root /data/udfchain cache du")]
     Du,
     /// Evict least recently used entries down to SIZE bytes (k/m/g suffixes allowed).
+    #[command(after_help = "\
+Examples:
+  udfchain cache prune --to 10g
+  udfchain cache prune --to 0")]
     Prune {
+        /// The size to prune down to, in bytes (e.g. 500m, 10g).
         #[arg(long)]
         to: String,
     },
     /// Remove every entry.
+    #[command(after_help = "\
+Examples:
+  udfchain cache clear")]
     Clear,
+}
+
+/// What `udfchain` with no command prints: the first commands to try and
+/// where their data goes.
+fn start_guide(root: &std::path::Path) -> String {
+    let root = std::path::absolute(root).unwrap_or_else(|_| root.to_path_buf());
+    format!(
+        "udfchain runs chains of user functions over files in object storage.
+
+Start with:
+  udfchain query \"SELECT file.path, file.size FROM read_storage('data/') LIMIT 10\"
+                                   query a dir (or s3://bucket/prefix/, gs://, az://, http(s)://)
+  udfchain ls data/                list the files of a dir
+  udfchain run job.sql             run a script (SET, CREATE DATASET ... AS SELECT, SELECT)
+  udfchain datasets ls             list the saved datasets
+  udfchain --help                  every command; `udfchain COMMAND --help` shows examples
+
+Root (datasets, shared cache, temp files): {}
+  (set it with --root DIR or UDFCHAIN_ROOT)
+S3 credentials: --set storage.access_key_id=... --set storage.secret_access_key=...
+  or AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY; another endpoint: --set storage.endpoint=URL",
+        root.display()
+    )
 }
 
 /// `println!` that returns an error instead of panicking when standard output
@@ -123,6 +247,15 @@ macro_rules! outln {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
+    if cli.command.is_none() {
+        let root = cli
+            .root
+            .clone()
+            .unwrap_or_else(|| Settings::new().get_root());
+        // A closed stdout is no error here either.
+        let _ = writeln!(std::io::stdout(), "{}", start_guide(&root));
+        return ExitCode::SUCCESS;
+    }
     let verbose = cli.verbose;
     match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
@@ -161,7 +294,10 @@ async fn run(cli: Cli) -> udfchain::Result<()> {
     }
     let session = Session::with_settings(settings.clone());
     let out = Printer { format: cli.format };
-    match cli.command {
+    let Some(command) = cli.command else {
+        return Ok(()); // `main` printed the start guide
+    };
+    match command {
         Command::Run { script } => run_script(&session, &read_script(&script)?, &out, false).await,
         Command::Query { sql } => run_script(&session, &sql, &out, false).await,
         Command::Explain { script } => {
@@ -271,9 +407,18 @@ fn read_script(path: &str) -> udfchain::Result<String> {
         })?;
         return Ok(s);
     }
-    std::fs::read_to_string(path).map_err(|e| Error::Io {
-        path: path.into(),
-        source: Arc::new(e),
+    std::fs::read_to_string(path).map_err(|e| {
+        // A mistyped script name: where it was looked for, and a close name.
+        let e = match e.kind() {
+            std::io::ErrorKind::NotFound => {
+                std::io::Error::new(e.kind(), udfchain::storage::missing_path(path))
+            }
+            _ => e,
+        };
+        Error::Io {
+            path: path.into(),
+            source: Arc::new(e),
+        }
     })
 }
 

@@ -5,10 +5,14 @@
 //! and every error (bad URI, unknown column, a UDF whose declared input does not
 //! match its column) is returned by the first call that plans it (`collect`,
 //! `explain`, ...). UDFs capture the chain's settings at the point they are added.
+//! [`Chain::new`] starts a [`ChainBuilder`] that takes settings (and a session)
+//! before the source; a chain without a source cannot be built, so none can run.
 
+mod builder;
 mod expr;
 
 pub use crate::settings::{OnError, Prefetch, Settings, parse_size};
+pub use builder::ChainBuilder;
 pub use expr::col;
 
 use std::fmt;
@@ -107,7 +111,17 @@ impl fmt::Debug for Chain {
 }
 
 impl Chain {
-    fn new(session: Arc<Session>, source: Source) -> Self {
+    /// Starts a chain whose settings (and session) come before its source, as
+    /// in `Chain::new().settings(..).from_storage(uri).map(..)`; the same plan
+    /// as `Chain::from_storage(uri).settings(..).map(..)`.
+    // The design's entry point: a chain with no source yet is a builder, so
+    // that one without a source cannot run.
+    #[allow(clippy::new_ret_no_self)]
+    pub fn new() -> ChainBuilder {
+        ChainBuilder::default()
+    }
+
+    fn with_source(session: Arc<Session>, source: Source) -> Self {
         Self {
             settings: session.settings().clone(),
             session,
@@ -123,7 +137,7 @@ impl Chain {
     }
 
     pub(crate) fn from_storage_in(session: Arc<Session>, uri: &str) -> Self {
-        Self::new(
+        Self::with_source(
             session,
             Source::Storage {
                 uri: uri.to_string(),
@@ -160,29 +174,29 @@ impl Chain {
         values: &[T],
     ) -> Self {
         match values_table(values) {
-            Ok(t) => Self::new(session, Source::Table(t)),
-            Err(e) => Self::new(session, Source::Plan(empty_plan())).fail(e),
+            Ok(t) => Self::with_source(session, Source::Table(t)),
+            Err(e) => Self::with_source(session, Source::Plan(empty_plan())).fail(e),
         }
     }
 
     /// Rows of Parquet file(s) at `uri` (a file, a directory, local or in a store).
     pub fn from_parquet(uri: &str) -> Self {
-        Self::new(Session::global(), Source::Parquet(uri.to_string()))
+        Self::with_source(Session::global(), Source::Parquet(uri.to_string()))
     }
 
     /// Rows of CSV file(s) with a header row.
     pub fn from_csv(uri: &str) -> Self {
-        Self::new(Session::global(), Source::Csv(uri.to_string()))
+        Self::with_source(Session::global(), Source::Csv(uri.to_string()))
     }
 
     /// Rows of newline-delimited JSON file(s).
     pub fn from_json(uri: &str) -> Self {
-        Self::new(Session::global(), Source::Json(uri.to_string()))
+        Self::with_source(Session::global(), Source::Json(uri.to_string()))
     }
 
     /// The rows of the latest version of dataset `name`.
     pub fn from_dataset(name: &str) -> Self {
-        Self::new(
+        Self::with_source(
             Session::global(),
             Source::Dataset {
                 name: name.to_string(),
@@ -193,7 +207,7 @@ impl Chain {
 
     /// The rows of version `version` of dataset `name`.
     pub fn from_dataset_version(name: &str, version: u32) -> Self {
-        Self::new(
+        Self::with_source(
             Session::global(),
             Source::Dataset {
                 name: name.to_string(),
@@ -204,7 +218,7 @@ impl Chain {
 
     /// A chain over any DataFusion logical plan (for example a SQL query's).
     pub fn from_plan(session: Arc<Session>, plan: LogicalPlan) -> Self {
-        Self::new(session, Source::Plan(plan))
+        Self::with_source(session, Source::Plan(plan))
     }
 
     /// Runs this chain in `session` instead (its stores and settings).
@@ -447,6 +461,7 @@ impl Chain {
         let ctx = self.session.context();
         let options = self.settings.get_storage_options();
         let open = |uri: &str| -> Result<()> {
+            crate::storage::check_local_path(uri)?;
             if let Ok(loc) = Location::parse(uri) {
                 crate::storage::open_store(ctx.runtime_env().as_ref(), &loc, options)?;
             }

@@ -124,6 +124,7 @@ impl TableFunctionImpl for TableFn {
             .ok_or_else(|| DataFusionError::Plan("table functions need a SessionState".into()))?;
         let options = settings.get_storage_options().clone();
         let open = |uri: &str| -> DfResult<()> {
+            crate::storage::check_local_path(uri).map_err(Error::into_df)?;
             if let Ok(loc) = Location::parse(uri) {
                 open_store(state.runtime_env(), &loc, &options).map_err(Error::into_df)?;
             }

@@ -226,6 +226,7 @@ impl ExecutionPlan for ListingExec {
         let loc = t.loc.clone();
         let prefix = (!loc.prefix.as_ref().is_empty()).then(|| loc.prefix.clone());
         let url = loc.source.clone();
+        let (err_loc, options) = (loc.clone(), t.options.clone());
         let metas = if t.recursive {
             store.list(prefix.as_ref()).boxed()
         } else {
@@ -247,7 +248,7 @@ impl ExecutionPlan for ListingExec {
             .map_err(move |e| {
                 Error::Storage {
                     url: url.clone(),
-                    source: Arc::from(super::explain(e)),
+                    source: Arc::from(super::explain_at(e, &err_loc, &options)),
                 }
                 .into_df()
             })

@@ -10,6 +10,15 @@
 //! endpoint the user gives allows plain HTTP unless they set `allow_http`,
 //! and a store's bare "builder error" is [`explain`]ed (which setting to set).
 //!
+//! First-run mistakes fail at once with one line saying what to do: S3 without
+//! credentials (none configured and no instance metadata endpoint answering:
+//! which settings or variables to set, [`NoCredentials`], not a minute of
+//! metadata retries), a bucket that does not exist ([`explain_at`]: at which
+//! endpoint), credentials the server rejects (which settings to check), a
+//! local path that does not exist (relative to which directory, and the
+//! closest existing name), an access key id without its secret (or the
+//! reverse) and an unknown storage option (the closest known one).
+//!
 //! Keys round-trip: a listed file's `source` is `scheme://host/` plus the
 //! prefix verbatim and its `path` the rest of the key verbatim;
 //! [`Location::of_source`] and [`Location::child`] turn them back into the
@@ -76,7 +85,7 @@ impl Location {
             _ => {
                 let path = std::path::absolute(uri).map_err(|e| invalid(&e.to_string()))?;
                 if must_exist && !path.exists() {
-                    return Err(invalid("no such file or directory"));
+                    return Err(invalid(&missing_path(uri)));
                 }
                 Url::from_file_path(&path).map_err(|_| invalid("not an absolute path"))?
             }
@@ -154,6 +163,69 @@ impl Location {
     }
 }
 
+/// An error when `uri` is a local path (no scheme, no glob characters) that
+/// does not exist, saying where it was looked for ([`missing_path`]); `Ok` for
+/// anything else (URLs and globs are checked by whoever opens them).
+pub fn check_local_path(uri: &str) -> Result<()> {
+    let is_url = Url::parse(uri).is_ok_and(|u| u.scheme().len() > 1);
+    if is_url || uri.contains(['*', '?', '[', '{']) || uri.trim().is_empty() {
+        return Ok(());
+    }
+    match std::path::absolute(uri) {
+        Ok(p) if !p.exists() => Err(Error::InvalidUri {
+            uri: crate::util::redact::redact(uri).into_owned(),
+            reason: missing_path(uri),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Why local path `uri` does not exist: relative to which directory, and the
+/// path with its first missing part replaced by the closest existing name.
+pub fn missing_path(uri: &str) -> String {
+    let typed = std::path::Path::new(uri);
+    let base = if typed.is_relative() {
+        std::env::current_dir().ok()
+    } else {
+        None
+    };
+    let mut msg = "no such file or directory".to_string();
+    if let Some(dir) = &base {
+        msg.push_str(&format!(
+            " (relative to the current directory {})",
+            dir.display()
+        ));
+    }
+    // The first missing component, and the closest name in its parent.
+    let mut have = std::path::PathBuf::new();
+    for part in typed.components() {
+        let next = have.join(part);
+        let full = base
+            .as_ref()
+            .map_or_else(|| next.clone(), |b| b.join(&next));
+        if !full.exists() {
+            let parent = base
+                .as_ref()
+                .map_or_else(|| have.clone(), |b| b.join(&have));
+            let names: Vec<String> = std::fs::read_dir(&parent)
+                .into_iter()
+                .flatten()
+                .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .collect();
+            let name = part.as_os_str().to_string_lossy();
+            if let Some(close) = crate::util::closest(&name, names.iter().map(String::as_str)) {
+                msg.push_str(&format!(
+                    "; did you mean {:?}?",
+                    have.join(close).display().to_string()
+                ));
+            }
+            break;
+        }
+        have = next;
+    }
+    msg
+}
+
 /// `prefix/relative` (either may be empty), the object key of a listed file.
 fn join_key(prefix: &str, relative: &str) -> String {
     match (prefix.is_empty(), relative.is_empty()) {
@@ -184,8 +256,16 @@ impl std::error::Error for Explained {
     }
 }
 
-/// `e` as an error source, with [`Explained`]'s hint where one applies.
+/// `e` as an error source, with [`Explained`]'s hint where one applies; a
+/// failed credential lookup is the [`NoCredentials`] it carries.
 pub fn explain(e: object_store::Error) -> Box<dyn std::error::Error + Send + Sync> {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+    while let Some(c) = cause {
+        if let Some(none) = c.downcast_ref::<NoCredentials>() {
+            return Box::new(none.clone());
+        }
+        cause = c.source();
+    }
     if e.to_string().contains("builder error") {
         return Box::new(Explained {
             source: e,
@@ -193,6 +273,210 @@ pub fn explain(e: object_store::Error) -> Box<dyn std::error::Error + Send + Syn
         });
     }
     Box::new(e)
+}
+
+/// [`explain`], and for S3 what the server's error code means: a bucket that
+/// does not exist (`NoSuchBucket`) is [`NoSuchBucket`] (which bucket, at which
+/// endpoint); credentials it rejects (`SignatureDoesNotMatch`, an unknown key
+/// id: `InvalidAccessKeyId` on AWS, `NotSignedUp` on s3s) are [`Rejected`]
+/// (which settings to check).
+pub fn explain_at(
+    e: object_store::Error,
+    loc: &Location,
+    options: &BTreeMap<String, String>,
+) -> Box<dyn std::error::Error + Send + Sync> {
+    if !matches!(loc.store_url.scheme(), "s3" | "s3a") {
+        return explain(e);
+    }
+    let text = e.to_string();
+    if text.contains("NoSuchBucket") {
+        return Box::new(NoSuchBucket {
+            bucket: loc.store_url.host_str().unwrap_or_default().to_string(),
+            endpoint: s3_endpoint(loc, options),
+            source: e,
+        });
+    }
+    if let Some(code) = ["SignatureDoesNotMatch", "InvalidAccessKeyId", "NotSignedUp"]
+        .into_iter()
+        .find(|c| text.contains(c))
+    {
+        return Box::new(Rejected {
+            endpoint: s3_endpoint(loc, options),
+            code,
+            source: e,
+        });
+    }
+    explain(e)
+}
+
+/// The endpoint `loc`'s S3 store talks to (without user or password): the
+/// configured one, else AWS's for the region.
+fn s3_endpoint(loc: &Location, options: &BTreeMap<String, String>) -> String {
+    let mut b = AmazonS3Builder::from_env().with_url(loc.store_url.as_str());
+    for (k, v) in options {
+        if let Ok(key) = k.parse::<AmazonS3ConfigKey>() {
+            b = b.with_config(key, v);
+        }
+    }
+    b.get_config_value(&AmazonS3ConfigKey::Endpoint)
+        .and_then(|e| Url::parse(&e).ok())
+        .map(|mut u| {
+            let _ = u.set_password(None);
+            let _ = u.set_username("");
+            u.as_str().trim_end_matches('/').to_string()
+        })
+        .unwrap_or_else(|| {
+            let region = b
+                .get_config_value(&AmazonS3ConfigKey::Region)
+                .unwrap_or_else(|| "us-east-1".into());
+            format!("https://s3.{region}.amazonaws.com")
+        })
+}
+
+/// Credentials the S3 server rejected.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the server at {endpoint} rejected the credentials ({code}): check \
+     storage.access_key_id and storage.secret_access_key \
+     (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"
+)]
+pub struct Rejected {
+    endpoint: String,
+    code: &'static str,
+    #[source]
+    source: object_store::Error,
+}
+
+/// A bucket the store's server does not have.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "bucket {bucket} does not exist at {endpoint} (check the bucket name, or \
+     storage.endpoint / AWS_ENDPOINT for another server)"
+)]
+pub struct NoSuchBucket {
+    bucket: String,
+    endpoint: String,
+    #[source]
+    source: object_store::Error,
+}
+
+/// S3 without credentials: none configured and no instance metadata endpoint
+/// answering. Says which settings or environment variables to set.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error(
+    "no credentials for {url}: set storage.access_key_id and storage.secret_access_key \
+     (--set or SET), or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY \
+     (storage.skip_signature=true for a public bucket)"
+)]
+pub struct NoCredentials {
+    url: String,
+}
+
+/// The instance metadata credentials object_store falls back to when nothing
+/// else is configured, asked only once its endpoint accepts a connection: where
+/// none answers (any machine outside a cloud), every request fails at once
+/// with [`NoCredentials`] instead of after a minute of retried connects.
+#[derive(Debug)]
+struct InstanceCredentials {
+    url: String,
+    metadata: String,
+    inner: object_store::aws::AwsCredentialProvider,
+    reachable: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl object_store::CredentialProvider for InstanceCredentials {
+    type Credential = object_store::aws::AwsCredential;
+
+    async fn get_credential(&self) -> object_store::Result<Arc<Self::Credential>> {
+        use std::sync::atomic::Ordering;
+        if !self.reachable.load(Ordering::Relaxed) {
+            let metadata = self.metadata.clone();
+            // object_store's own connect timeout for the metadata endpoint.
+            let connects = tokio::task::spawn_blocking(move || {
+                let url = Url::parse(&metadata).ok()?;
+                let addr = std::net::ToSocketAddrs::to_socket_addrs(&(
+                    url.host_str()?.trim_matches(['[', ']']),
+                    url.port_or_known_default()?,
+                ))
+                .ok()?
+                .next()?;
+                std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(1)).ok()
+            })
+            .await
+            .ok()
+            .flatten()
+            .is_some();
+            if !connects {
+                return Err(object_store::Error::Generic {
+                    store: "S3",
+                    source: Box::new(NoCredentials {
+                        url: self.url.clone(),
+                    }),
+                });
+            }
+            self.reachable.store(true, Ordering::Relaxed);
+        }
+        self.inner.get_credential().await
+    }
+}
+
+/// The storage options a first run usually means (the closest is suggested
+/// for an unknown one); every object_store config key is accepted.
+const STORAGE_OPTIONS: [&str; 12] = [
+    "endpoint",
+    "region",
+    "access_key_id",
+    "secret_access_key",
+    "session_token",
+    "allow_http",
+    "virtual_hosted_style_request",
+    "skip_signature",
+    "metadata_endpoint",
+    "service_account_path",
+    "account_name",
+    "access_key",
+];
+
+/// An access key id without its secret, or a secret without its id: which
+/// one is missing, instead of the store's bare "Missing SecretAccessKey".
+fn half_a_key(b: &AmazonS3Builder, url: &str) -> Result<()> {
+    let id = b
+        .get_config_value(&AmazonS3ConfigKey::AccessKeyId)
+        .is_some();
+    let secret = b
+        .get_config_value(&AmazonS3ConfigKey::SecretAccessKey)
+        .is_some();
+    let (have, missing, var) = match (id, secret) {
+        (true, false) => (
+            "storage.access_key_id",
+            "storage.secret_access_key",
+            "AWS_SECRET_ACCESS_KEY",
+        ),
+        (false, true) => (
+            "storage.secret_access_key",
+            "storage.access_key_id",
+            "AWS_ACCESS_KEY_ID",
+        ),
+        _ => return Ok(()),
+    };
+    Err(Error::Plan(format!(
+        "{url} has {have} (or its AWS_* variable) but no {missing}: set {missing} or {var}"
+    )))
+}
+
+/// Whether `b` would fall back to instance metadata credentials (nothing
+/// else configured, requests signed).
+fn uses_instance_credentials(b: &AmazonS3Builder) -> bool {
+    let set = |k: AmazonS3ConfigKey| b.get_config_value(&k).is_some();
+    !(set(AmazonS3ConfigKey::AccessKeyId)
+        || set(AmazonS3ConfigKey::SecretAccessKey)
+        || (set(AmazonS3ConfigKey::WebIdentityTokenFile) && set(AmazonS3ConfigKey::RoleArn))
+        || set(AmazonS3ConfigKey::ContainerCredentialsRelativeUri)
+        || (set(AmazonS3ConfigKey::ContainerCredentialsFullUri)
+            && set(AmazonS3ConfigKey::ContainerAuthorizationTokenFile))
+        || b.get_config_value(&AmazonS3ConfigKey::SkipSignature)
+            .is_some_and(|v| v.eq_ignore_ascii_case("true")))
 }
 
 /// An `http://` endpoint the user gave means plain HTTP: `allow_http` is
@@ -259,7 +543,12 @@ fn build_store(loc: &Location, options: &BTreeMap<String, String>) -> Result<Arc
         url: url.to_string(),
         source: Arc::new(e),
     };
-    let bad_option = |k: &str| Error::Plan(format!("unknown storage option {k:?} for {url}"));
+    let bad_option = |k: &str| {
+        let hint = crate::util::closest(k, STORAGE_OPTIONS)
+            .map(|c| format!(" (did you mean {c}?)"))
+            .unwrap_or_default();
+        Error::Plan(format!("unknown storage option {k:?} for {url}{hint}"))
+    };
     let store: Arc<dyn ObjectStore> = match loc.store_url.scheme() {
         "memory" => Arc::new(InMemory::new()),
         "s3" | "s3a" => {
@@ -270,7 +559,23 @@ fn build_store(loc: &Location, options: &BTreeMap<String, String>) -> Result<Arc
                 allow_http_set |= key == AmazonS3ConfigKey::Client(ClientConfigKey::AllowHttp);
                 b = b.with_config(key, v);
             }
-            Arc::new(s3_plain_http(b, allow_http_set)?.build().map_err(err)?)
+            let b = s3_plain_http(b, allow_http_set)?;
+            half_a_key(&b, url)?;
+            if uses_instance_credentials(&b) {
+                let inner = b.clone().build().map_err(err)?;
+                let metadata = b
+                    .get_config_value(&AmazonS3ConfigKey::MetadataEndpoint)
+                    .unwrap_or_else(|| "http://169.254.169.254".into());
+                let creds = InstanceCredentials {
+                    url: url.to_string(),
+                    metadata,
+                    inner: Arc::clone(inner.credentials()),
+                    reachable: Default::default(),
+                };
+                Arc::new(b.with_credentials(Arc::new(creds)).build().map_err(err)?)
+            } else {
+                Arc::new(b.build().map_err(err)?)
+            }
         }
         "gs" => {
             let mut b = GoogleCloudStorageBuilder::from_env().with_url(url);
@@ -346,6 +651,124 @@ mod tests {
             source: "connection refused".into(),
         };
         assert!(!explain(e).to_string().contains("allow_http"));
+    }
+
+    #[test]
+    fn instance_credentials_only_when_nothing_else_is_configured() {
+        let b = || AmazonS3Builder::new().with_bucket_name("b");
+        assert!(uses_instance_credentials(&b()));
+        assert!(!uses_instance_credentials(
+            &b().with_access_key_id("k").with_secret_access_key("s")
+        ));
+        assert!(!uses_instance_credentials(&b().with_skip_signature(true)));
+        assert!(!uses_instance_credentials(&b().with_config(
+            AmazonS3ConfigKey::ContainerCredentialsRelativeUri,
+            "/creds"
+        )));
+        // A role ARN without its token file is not web identity.
+        let arn = b().with_config(AmazonS3ConfigKey::RoleArn, "arn:aws:iam::1:role/r");
+        assert!(uses_instance_credentials(&arn));
+        let web = arn.with_config(AmazonS3ConfigKey::WebIdentityTokenFile, "/token");
+        assert!(!uses_instance_credentials(&web));
+    }
+
+    #[test]
+    fn half_a_key_says_which_half_is_missing() {
+        let b = AmazonS3Builder::new().with_bucket_name("b");
+        assert!(half_a_key(&b, "s3://b/").is_ok());
+        let id = b.clone().with_access_key_id("AKID");
+        let msg = half_a_key(&id, "s3://b/")
+            .expect_err("no secret")
+            .to_string();
+        assert!(
+            msg.contains("no storage.secret_access_key")
+                && msg.contains("AWS_SECRET_ACCESS_KEY")
+                && !msg.contains("AKID"),
+            "{msg}"
+        );
+        let secret = b.clone().with_secret_access_key("hush");
+        let msg = half_a_key(&secret, "s3://b/")
+            .expect_err("no id")
+            .to_string();
+        assert!(
+            msg.contains("no storage.access_key_id") && !msg.contains("hush"),
+            "{msg}"
+        );
+        assert!(half_a_key(&id.with_secret_access_key("s"), "s3://b/").is_ok());
+    }
+
+    #[test]
+    fn an_unknown_storage_option_suggests_the_closest() {
+        let loc = Location::parse("s3://b/").expect("parse");
+        let options = BTreeMap::from([("endpont".to_string(), "http://x".to_string())]);
+        let msg = build_store(&loc, &options)
+            .expect_err("unknown")
+            .to_string();
+        assert!(msg.contains("did you mean endpoint?"), "{msg}");
+    }
+
+    #[test]
+    fn explain_finds_no_credentials_inside_a_store_error() {
+        let e = object_store::Error::Generic {
+            store: "S3",
+            source: Box::new(object_store::Error::Generic {
+                store: "S3",
+                source: Box::new(NoCredentials {
+                    url: "s3://b/".into(),
+                }),
+            }),
+        };
+        let msg = explain(e).to_string();
+        assert!(
+            msg.starts_with("no credentials for s3://b/:") && msg.contains("AWS_ACCESS_KEY_ID"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn a_missing_bucket_names_the_endpoint_without_credentials() {
+        let loc = Location::parse("s3://nob/x").expect("parse");
+        let options = BTreeMap::from([
+            (
+                "endpoint".to_string(),
+                "http://user:pw@127.0.0.1:9000".to_string(),
+            ),
+            ("secret_access_key".to_string(), "hush".to_string()),
+        ]);
+        let e = || object_store::Error::NotFound {
+            path: "x".into(),
+            source: "<Error><Code>NoSuchBucket</Code></Error>".into(),
+        };
+        let msg = explain_at(e(), &loc, &options).to_string();
+        assert!(
+            msg.starts_with("bucket nob does not exist at http://127.0.0.1:9000 "),
+            "{msg}"
+        );
+        assert!(!msg.contains("pw") && !msg.contains("hush"), "{msg}");
+        // Not S3: the store's own error.
+        let mem = Location::parse("memory://m/x").expect("parse");
+        assert!(
+            !explain_at(e(), &mem, &options)
+                .to_string()
+                .contains("bucket")
+        );
+    }
+
+    #[test]
+    fn a_missing_path_names_the_dir_and_the_closest_name() {
+        let dir = tempfile::tempdir().expect("dir");
+        std::fs::create_dir_all(dir.path().join("images/train")).expect("mkdir");
+        let abs = dir.path().join("images/trian");
+        let msg = missing_path(&abs.display().to_string());
+        let want = dir.path().join("images/train").display().to_string();
+        assert!(msg.contains(&format!("did you mean {want:?}")), "{msg}");
+        // An absolute path names no current directory.
+        assert!(!msg.contains("current directory"), "{msg}");
+        let far = dir.path().join("zzzzzzzz/x");
+        assert_eq!(
+            missing_path(&far.display().to_string()),
+            "no such file or directory"
+        );
     }
 
     #[test]

@@ -8,6 +8,7 @@ mod cli;
 mod datasets;
 mod errors;
 mod execution;
+mod first_run;
 mod keys;
 mod layers;
 mod on_error;
