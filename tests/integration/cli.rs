@@ -3,6 +3,8 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+use crate::support::stdout_ok as ok;
+
 fn udfchain(root: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_udfchain"))
         .arg("--root")
@@ -10,17 +12,6 @@ fn udfchain(root: &Path, args: &[&str]) -> Output {
         .args(args)
         .output()
         .expect("run udfchain")
-}
-
-fn ok(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 fn data() -> tempfile::TempDir {

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use udfchain::{Chain, File, Settings, col};
 
-use crate::support::{ACCESS_KEY, S3Server, SECRET_KEY, write_files};
+use crate::support::{ACCESS_KEY, S3Server, SECRET_KEY, stdout_ok, write_files};
 
 /// The binary with no AWS environment, the metadata endpoint on loopback
 /// (refused at once), run in `cwd`.
@@ -26,17 +26,6 @@ fn udfchain(cwd: &Path, args: &[&str]) -> Output {
         .args(args)
         .output()
         .expect("run udfchain")
-}
-
-fn stdout_ok(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// The one error line of a failed run (exit 1, one line on stderr).

@@ -1,10 +1,9 @@
 //! Golden script tests: script in, expected table out; statements recognised
 //! whatever their case, whitespace and comments; errors located in the script.
 
-use datafusion::arrow::util::pretty::pretty_format_batches;
-use udfchain::{Error, Output, ScriptRunner, Session, Settings};
+use udfchain::{Error, Output, ScriptRunner, Session};
 
-use crate::support::S3Server;
+use crate::support::{S3Server, golden, last_table, runner};
 
 fn data_dir() -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -18,33 +17,6 @@ fn data_dir() -> tempfile::TempDir {
     std::fs::create_dir_all(dir.path().join("img")).expect("mkdir");
     std::fs::write(dir.path().join("img/p.png"), png).expect("write");
     dir
-}
-
-fn runner(root: &std::path::Path) -> ScriptRunner {
-    ScriptRunner::new(Session::with_settings(Settings::new().root(root)))
-}
-
-/// Runs `script` and returns the last table, pretty-printed.
-async fn last_table(r: &ScriptRunner, script: &str) -> String {
-    let outputs = r.run(script).await.unwrap_or_else(|e| panic!("{e}"));
-    let batches = outputs
-        .into_iter()
-        .rev()
-        .find_map(|o| match o {
-            Output::Table(b) => Some(b),
-            Output::Message(_) => None,
-        })
-        .expect("a table");
-    pretty_format_batches(&batches).expect("format").to_string()
-}
-
-fn golden(got: &str, want: &str) {
-    let want = want.trim();
-    assert_eq!(
-        got.trim(),
-        want,
-        "\n--- got ---\n{got}\n--- want ---\n{want}\n"
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,10 +7,9 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use datafusion::arrow::util::pretty::pretty_format_batches;
-use udfchain::{Output, ScriptRunner, Session, Settings};
+use udfchain::{ScriptRunner, Session};
 
-use crate::support::S3Server;
+use crate::support::{S3Server, golden, last_table, runner};
 
 /// a.txt: 2 lines, 12 bytes; b.txt: 1 line, 1 byte; c.txt: 2 lines, 8 bytes.
 fn data_dir() -> tempfile::TempDir {
@@ -19,33 +18,6 @@ fn data_dir() -> tempfile::TempDir {
     std::fs::write(dir.path().join("b.txt"), "x").expect("write");
     std::fs::write(dir.path().join("c.txt"), "one\ntwo\n").expect("write");
     dir
-}
-
-fn runner(root: &std::path::Path) -> ScriptRunner {
-    ScriptRunner::new(Session::with_settings(Settings::new().root(root)))
-}
-
-/// Runs `script` and returns its last table, pretty-printed.
-async fn table(r: &ScriptRunner, script: &str) -> String {
-    let outputs = r.run(script).await.unwrap_or_else(|e| panic!("{e}"));
-    let batches = outputs
-        .into_iter()
-        .rev()
-        .find_map(|o| match o {
-            Output::Table(b) => Some(b),
-            Output::Message(_) => None,
-        })
-        .expect("a table");
-    pretty_format_batches(&batches).expect("format").to_string()
-}
-
-fn golden(got: &str, want: &str) {
-    let want = want.trim();
-    assert_eq!(
-        got.trim(),
-        want,
-        "\n--- got ---\n{got}\n--- want ---\n{want}\n"
-    );
 }
 
 /// `read_storage` over the test files, for `format!`.
@@ -63,7 +35,7 @@ async fn udf_inside_aggregates() {
         src(&data)
     );
     golden(
-        &table(&r, &q).await,
+        &last_table(&r, &q).await,
         "
 +---+-------+---------+
 | n | lines | biggest |
@@ -74,7 +46,7 @@ async fn udf_inside_aggregates() {
     // Unaliased, the column keeps the name DataFusion gives the call.
     let q = format!("SELECT count(sha256(file)) FROM {}", src(&data));
     golden(
-        &table(&r, &q).await,
+        &last_table(&r, &q).await,
         "
 +------------------------------------+
 | count(sha256(read_storage().file)) |
@@ -93,7 +65,7 @@ async fn udf_in_where_and_order_by() {
         src(&data)
     );
     golden(
-        &table(&r, &q).await,
+        &last_table(&r, &q).await,
         "
 +-------+
 | path  |
@@ -107,7 +79,7 @@ async fn udf_in_where_and_order_by() {
         src(&data)
     );
     golden(
-        &table(&r, &q).await,
+        &last_table(&r, &q).await,
         "
 +-------+
 | path  |
@@ -123,7 +95,7 @@ async fn udf_in_where_and_order_by() {
         src(&data)
     );
     golden(
-        &table(&r, &q).await,
+        &last_table(&r, &q).await,
         "
 +-------+----------------------------------+
 | path  | md5                              |
@@ -143,7 +115,7 @@ async fn udf_in_group_by_and_having() {
         src(&data)
     );
     golden(
-        &table(&r, &q).await,
+        &last_table(&r, &q).await,
         "
 +-------+---+-------+
 | lines | n | bytes |
@@ -158,7 +130,7 @@ async fn udf_in_group_by_and_having() {
         src(&data)
     );
     golden(
-        &table(&r, &q).await,
+        &last_table(&r, &q).await,
         "
 +-------+---+
 | lines | n |
@@ -180,7 +152,7 @@ async fn udf_in_join_on() {
         s = src(&data)
     );
     golden(
-        &table(&r, &q).await,
+        &last_table(&r, &q).await,
         "
 +-------+-------+--------+
 | x     | y     | y_size |
@@ -204,7 +176,7 @@ async fn udf_nested_in_expressions() {
         src(&data)
     );
     golden(
-        &table(&r, &q).await,
+        &last_table(&r, &q).await,
         "
 +-------+---+------+-------+-----+
 | path  | n | head | kind  | hex |
@@ -226,7 +198,7 @@ async fn udf_in_subqueries() {
          WHERE sha256(file) IN (SELECT sha256(file) FROM {s} WHERE line_count(file) = 1)"
     );
     golden(
-        &table(&r, &q).await,
+        &last_table(&r, &q).await,
         "
 +-------+
 | path  |
@@ -239,7 +211,7 @@ async fn udf_in_subqueries() {
          WHERE file_size(file) = (SELECT max(file_size(file)) FROM {s})"
     );
     golden(
-        &table(&r, &q).await,
+        &last_table(&r, &q).await,
         "
 +-------+
 | path  |
@@ -252,7 +224,7 @@ async fn udf_in_subqueries() {
          WHERE EXISTS (SELECT 1 FROM {s} WHERE line_count(file) > 5)"
     );
     golden(
-        &table(&r, &q).await,
+        &last_table(&r, &q).await,
         "
 +---+
 | n |
@@ -268,7 +240,7 @@ async fn udf_in_subqueries() {
          ORDER BY path"
     );
     golden(
-        &table(&r, &q).await,
+        &last_table(&r, &q).await,
         "
 +-------+
 | path  |
@@ -283,7 +255,7 @@ async fn udf_in_subqueries() {
          AS biggest FROM t a ORDER BY path"
     );
     golden(
-        &table(&r, &q).await,
+        &last_table(&r, &q).await,
         "
 +-------+---------+
 | path  | biggest |
@@ -298,7 +270,7 @@ async fn udf_in_subqueries() {
          WHERE lines = 1"
     );
     golden(
-        &table(&r, &q).await,
+        &last_table(&r, &q).await,
         "
 +-------+
 | path  |
@@ -318,7 +290,7 @@ async fn udf_in_ctes() {
          SELECT sum(lines) AS total FROM t WHERE lines > 1"
     );
     golden(
-        &table(&r, &q).await,
+        &last_table(&r, &q).await,
         "
 +-------+
 | total |
@@ -331,7 +303,7 @@ async fn udf_in_ctes() {
          SELECT sum(line_count(file)) AS lines FROM t"
     );
     golden(
-        &table(&r, &q).await,
+        &last_table(&r, &q).await,
         "
 +-------+
 | lines |
@@ -387,14 +359,14 @@ async fn a_repeated_call_runs_once_per_row() {
     ];
     for (q, want) in cases.iter().zip(want) {
         calls.store(0, Ordering::SeqCst);
-        golden(&table(&r, q).await, want);
+        golden(&last_table(&r, q).await, want);
         assert_eq!(calls.load(Ordering::SeqCst), 3, "one call per file: {q}");
     }
     // A condition without UDF filters before it: b.txt (1 byte) is never read.
     calls.store(0, Ordering::SeqCst);
     let q = format!("SELECT count(*) AS n FROM {s} WHERE counted(file) > 0 AND file.size > 1");
     golden(
-        &table(&r, &q).await,
+        &last_table(&r, &q).await,
         "
 +---+
 | n |
@@ -424,7 +396,7 @@ async fn a_repeated_call_gets_each_object_once_on_the_s3_server() {
     let q = "SELECT count(sha256(file)) AS n, count(DISTINCT sha256(file)) AS d \
              FROM read_storage('s3://bucket/t') WHERE sha256(file) <> '' AND file.size > 1";
     golden(
-        &table(&r, q).await,
+        &last_table(&r, q).await,
         "
 +---+---+
 | n | d |
@@ -446,7 +418,7 @@ async fn explain_shows_one_udf_node_per_distinct_call() {
          GROUP BY sha256(file) ORDER BY sha256(file)",
         src(&data)
     );
-    let plan = table(&r, &format!("SET prefetch = 5; {q}")).await;
+    let plan = last_table(&r, &format!("SET prefetch = 5; {q}")).await;
     let count = |s: &str| plan.matches(s).count();
     assert_eq!(count("Udf: kind=map, name=sha256"), 1, "{plan}");
     assert_eq!(count("Udf: kind=map, name=line_count"), 1, "{plan}");
@@ -506,7 +478,7 @@ async fn udf_in_windows_unions_distinct_views_and_datasets() {
          rank() OVER (ORDER BY file_size(file) DESC) AS by_size FROM {s} ORDER BY path"
     );
     golden(
-        &table(&r, &q).await,
+        &last_table(&r, &q).await,
         "
 +-------+-------+---------+
 | path  | total | by_size |
@@ -521,7 +493,7 @@ async fn udf_in_windows_unions_distinct_views_and_datasets() {
          UNION ALL SELECT file_size(file) FROM {s} WHERE line_count(file) = 1 ORDER BY n"
     );
     golden(
-        &table(&r, &q).await,
+        &last_table(&r, &q).await,
         "
 +---+
 | n |
@@ -538,7 +510,7 @@ async fn udf_in_windows_unions_distinct_views_and_datasets() {
          SELECT * FROM read_dataset('sizes') ORDER BY path;"
     );
     golden(
-        &table(&r, &script).await,
+        &last_table(&r, &script).await,
         "
 +-------+------+
 | path  | size |

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use datafusion::arrow::util::pretty::pretty_format_batches;
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -27,7 +28,7 @@ use object_store::{
     ObjectStore, PutMultipartOptions, PutOptions, PutPayload, PutResult,
 };
 use tempfile::TempDir;
-use udfchain::{Session, Settings};
+use udfchain::{Output, ScriptRunner, Session, Settings};
 
 pub const ACCESS_KEY: &str = "udfchain-test";
 pub const SECRET_KEY: &str = "udfchain-test-secret";
@@ -1029,4 +1030,45 @@ pub fn disk_bytes(dir: &FsPath) -> u64 {
             Err(_) => 0,
         })
         .sum()
+}
+
+/// A script runner with default settings under the root dir `root`.
+pub fn runner(root: &FsPath) -> ScriptRunner {
+    ScriptRunner::new(Session::with_settings(Settings::new().root(root)))
+}
+
+/// Runs `script` and returns its last table, pretty-printed.
+pub async fn last_table(r: &ScriptRunner, script: &str) -> String {
+    let outputs = r.run(script).await.unwrap_or_else(|e| panic!("{e}"));
+    let batches = outputs
+        .into_iter()
+        .rev()
+        .find_map(|o| match o {
+            Output::Table(b) => Some(b),
+            Output::Message(_) => None,
+        })
+        .expect("a table");
+    pretty_format_batches(&batches).expect("format").to_string()
+}
+
+/// Asserts a pretty-printed table equals `want` (both trimmed).
+pub fn golden(got: &str, want: &str) {
+    let want = want.trim();
+    assert_eq!(
+        got.trim(),
+        want,
+        "\n--- got ---\n{got}\n--- want ---\n{want}\n"
+    );
+}
+
+/// The stdout of a CLI run that must have succeeded.
+pub fn stdout_ok(out: &std::process::Output) -> String {
+    assert!(
+        out.status.success(),
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
