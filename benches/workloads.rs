@@ -37,7 +37,7 @@ use udfchain::datafusion::arrow::array::{Array, UInt64Array};
 use udfchain::udfs::UdfError;
 use udfchain::{Chain, File, Session, Settings};
 
-use support::{BUCKET, S3Server};
+use support::{BUCKET, Latency, S3Server};
 
 /// The cap on downloads in flight the runs set (`Settings::max_connections`,
 /// default 64): the largest fixed prefetch of the full grid, so `prefetch =
@@ -132,11 +132,23 @@ struct Spec {
     files: usize,
     size: usize,
     latency: Duration,
+    /// Long-tailed latency (`Latency::object_store_tail`) instead of `latency`
+    /// for every request.
+    tail: bool,
     bandwidth: Option<u64>,
     work: Work,
 }
 
 impl Spec {
+    /// The server's added latency per request.
+    fn latency_model(&self) -> Latency {
+        if self.tail {
+            Latency::object_store_tail(42)
+        } else {
+            Latency::Constant(self.latency)
+        }
+    }
+
     /// CPU seconds of the UDF's work per file.
     fn cpu_per_file(&self, cal: &Calibration) -> f64 {
         match self.work {
@@ -205,6 +217,18 @@ fn specs(quick: bool) -> Vec<Spec> {
             files: q(300, 2000),
             size: 64 << 10,
             latency: ms(20),
+            tail: false,
+            bandwidth: None,
+            work: Work::Len,
+        },
+        Spec {
+            name: "A~tail",
+            title: "A~tail: A under long-tailed latency (p50 20 ms, p99 150 ms, 1 s stall in 500)",
+            prefix: "at",
+            files: q(300, 2000),
+            size: 64 << 10,
+            latency: ms(20),
+            tail: true,
             bandwidth: None,
             work: Work::Len,
         },
@@ -215,6 +239,7 @@ fn specs(quick: bool) -> Vec<Spec> {
             files: q(8, 64),
             size: q(4, 16) << 20,
             latency: Duration::ZERO,
+            tail: false,
             bandwidth: Some(200_000_000),
             work: Work::Sha256,
         },
@@ -225,6 +250,18 @@ fn specs(quick: bool) -> Vec<Spec> {
             files: q(100, 1000),
             size: 256 << 10,
             latency: ms(20),
+            tail: false,
+            bandwidth: None,
+            work: Work::Burn,
+        },
+        Spec {
+            name: "C~tail",
+            title: "C~tail: C under long-tailed latency (p50 20 ms, p99 150 ms, 1 s stall in 500)",
+            prefix: "ct",
+            files: q(100, 1000),
+            size: 256 << 10,
+            latency: ms(20),
+            tail: true,
             bandwidth: None,
             work: Work::Burn,
         },
@@ -235,6 +272,7 @@ fn specs(quick: bool) -> Vec<Spec> {
             files: q(100, 1000),
             size: 256 << 10,
             latency: ms(20),
+            tail: false,
             bandwidth: None,
             work: Work::Burn,
         },
@@ -245,6 +283,7 @@ fn specs(quick: bool) -> Vec<Spec> {
             files: q(10_000, 100_000),
             size: 64,
             latency: ms(20),
+            tail: false,
             bandwidth: None,
             work: Work::Len,
         },
@@ -494,7 +533,9 @@ impl Env {
         .await
     }
 
-    /// The median of 21 unloaded HEAD round trips to one of the objects.
+    /// The median of 21 unloaded HEAD round trips to one of the objects; under
+    /// tail latency the mean of 201 (Little's law needs the mean: a window
+    /// sized by the median is short by the tail).
     async fn round_trip(&self) -> f64 {
         let first = self
             .store
@@ -504,10 +545,14 @@ impl Env {
             .expect("an object")
             .expect("list");
         let (store, location) = (&self.store, &first.location);
-        median_secs(21, move || async move {
+        let head = move || async move {
             store.head(location).await.expect("head");
-        })
-        .await
+        };
+        if self.spec.tail {
+            mean_secs(201, head).await
+        } else {
+            median_secs(21, head).await
+        }
     }
 
     /// Process CPU seconds per GET (both ends: the server shares the cores) of
@@ -737,6 +782,10 @@ impl Env {
         }
         Record {
             workload: spec.name.to_string(),
+            latency_model: spec.latency_model().model().to_string(),
+            // udfchain's default; the serial loop keeps order, buffer_unordered does not.
+            ordered: engine != "buffer_unordered",
+            cpu_per_file_s: m.cpu.total / o.rows.max(1) as f64,
             engine: engine.to_string(),
             pass: None,
             prefetch: pf.json(),
@@ -774,6 +823,12 @@ impl Env {
 #[derive(Debug, Clone, Serialize)]
 struct Record {
     workload: String,
+    /// constant | tail (`Latency::object_store_tail`)
+    latency_model: String,
+    /// Whether the run emits rows in input order.
+    ordered: bool,
+    /// Process CPU seconds (server included) per file.
+    cpu_per_file_s: f64,
     /// udfchain | serial | buffer_unordered
     engine: String,
     /// D: cold | warm
@@ -882,6 +937,19 @@ where
     }
     times.sort_by(f64::total_cmp);
     times[n / 2]
+}
+
+/// The mean of `n` timings of `op`, in seconds.
+async fn mean_secs<F, Fut>(n: usize, mut op: F) -> f64
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let t = Instant::now();
+    for _ in 0..n {
+        op().await;
+    }
+    t.elapsed().as_secs_f64() / n.max(1) as f64
 }
 
 /// Files/s of a run of `files` that waits `first_page_s` for the first LIST
@@ -1313,7 +1381,7 @@ fn summary(records: &[Record], cores: usize) -> String {
         }
     }
     // udfchain >= 0.9 of buffer_unordered at equal concurrency.
-    for wl in ["A", "B", "C"] {
+    for wl in ["A", "B", "C", "A~tail", "C~tail"] {
         let vs: Vec<&Record> = of(wl)
             .into_iter()
             .filter(|r| r.ratio_to_buffer_unordered.is_some())
@@ -1621,7 +1689,10 @@ fn main() {
     let mut run_seconds = 0.0;
     rt.block_on(async {
         let specs = specs(quick);
-        let wanted = |s: &Spec| only.as_ref().is_none_or(|o| o.iter().any(|w| w == s.name));
+        let wanted = |s: &Spec| {
+            only.as_ref()
+                .is_none_or(|o| o.iter().any(|w| w.eq_ignore_ascii_case(s.name)))
+        };
         // C and D share a server and objects.
         let mut c_server: Option<Arc<S3Server>> = None;
         for spec in specs.iter().filter(|s| wanted(s)) {
@@ -1629,7 +1700,7 @@ fn main() {
             let server = match (&c_server, spec.prefix) {
                 (Some(s), "c") => Arc::clone(s),
                 _ => {
-                    let server = Arc::new(S3Server::start_shaped(spec.latency, spec.bandwidth));
+                    let server = Arc::new(S3Server::start_with_latency(spec.latency_model(), spec.bandwidth));
                     let env = bench.env(spec, Arc::clone(&server)).await;
                     if spec.name == "E" {
                         write_tiny_objects(&server.bucket_dir(), spec);

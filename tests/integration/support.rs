@@ -65,6 +65,12 @@ impl S3Server {
     /// `bandwidth = Some(bytes_per_s)`, sends all response bodies together at
     /// most that fast (one token bucket shared by every connection).
     pub fn start_shaped(latency: Duration, bandwidth: Option<u64>) -> Self {
+        Self::start_with_latency(Latency::Constant(latency), bandwidth)
+    }
+
+    /// A server whose added latency per request follows `latency` (see
+    /// [`Latency`]), with the bandwidth cap of [`S3Server::start_shaped`].
+    pub fn start_with_latency(latency: Latency, bandwidth: Option<u64>) -> Self {
         let root = TempDir::new().expect("temp dir");
         std::fs::create_dir_all(root.path().join(BUCKET)).expect("bucket dir");
         let fs = FastGetFs {
@@ -80,7 +86,7 @@ impl S3Server {
         let stats = Arc::new(ServerStats::default());
         let service = Shaped {
             inner: s3,
-            latency,
+            latency: LatencySampler::new(latency),
             bucket: bandwidth.map(|b| Arc::new(TokenBucket::new(b))),
             stats: Arc::clone(&stats),
         };
@@ -506,7 +512,7 @@ fast_get_fs_s3! {
 #[derive(Clone)]
 struct Shaped {
     inner: s3s::service::S3Service,
-    latency: Duration,
+    latency: LatencySampler,
     bucket: Option<Arc<TokenBucket>>,
     stats: Arc<ServerStats>,
 }
@@ -529,8 +535,9 @@ impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Shaped {
         }
         let this = self.clone();
         Box::pin(async move {
-            if !this.latency.is_zero() {
-                tokio::time::sleep(this.latency).await;
+            let latency = this.latency.next();
+            if !latency.is_zero() {
+                tokio::time::sleep(latency).await;
             }
             let resp = hyper::service::Service::call(&this.inner, req).await?;
             Ok(resp.map(|body| ShapedBody {
@@ -1071,4 +1078,118 @@ pub fn stdout_ok(out: &std::process::Output) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// How long the test server waits before handling each request.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Latency {
+    /// The same delay for every request.
+    Constant(Duration),
+    /// Object stores as users meet them: a lognormal delay with this median and
+    /// 99th percentile, plus a stall of `stall` for one request in `stall_every`
+    /// (drawn independently). Seeded: one seed gives one sequence of delays.
+    Tail {
+        median: Duration,
+        p99: Duration,
+        stall: Duration,
+        stall_every: u32,
+        seed: u64,
+    },
+}
+
+impl Latency {
+    /// p50 20 ms, p99 150 ms, a 1 s stall for one request in 500.
+    pub fn object_store_tail(seed: u64) -> Self {
+        Self::Tail {
+            median: Duration::from_millis(20),
+            p99: Duration::from_millis(150),
+            stall: Duration::from_secs(1),
+            stall_every: 500,
+            seed,
+        }
+    }
+
+    /// The name records carry: `constant` or `tail`.
+    pub fn model(&self) -> &'static str {
+        match self {
+            Self::Constant(_) => "constant",
+            Self::Tail { .. } => "tail",
+        }
+    }
+}
+
+/// Draws the delays of a [`Latency`] (one generator shared by all connections).
+#[derive(Clone)]
+struct LatencySampler {
+    model: Latency,
+    state: Arc<Mutex<u64>>,
+}
+
+impl LatencySampler {
+    fn new(model: Latency) -> Self {
+        let seed = match model {
+            Latency::Tail { seed, .. } => seed,
+            Latency::Constant(_) => 0,
+        };
+        Self {
+            model,
+            // xorshift needs a non-zero state.
+            state: Arc::new(Mutex::new(seed ^ 0x9E37_79B9_7F4A_7C15)),
+        }
+    }
+
+    /// A uniform draw in (0, 1].
+    fn uniform(&self) -> f64 {
+        let mut s = self.state.lock().expect("latency state");
+        *s ^= *s << 13;
+        *s ^= *s >> 7;
+        *s ^= *s << 17;
+        ((*s >> 11) as f64 + 1.0) / (1u64 << 53) as f64
+    }
+
+    fn next(&self) -> Duration {
+        match self.model {
+            Latency::Constant(d) => d,
+            Latency::Tail {
+                median,
+                p99,
+                stall,
+                stall_every,
+                ..
+            } => {
+                if stall_every > 0 && self.uniform() * f64::from(stall_every) <= 1.0 {
+                    return stall;
+                }
+                // Lognormal: ln(delay) ~ N(ln(median), sigma), p99 at z = 2.326.
+                let median_s = median.as_secs_f64().max(1e-6);
+                let sigma = (p99.as_secs_f64().max(median_s) / median_s).ln() / 2.326;
+                let z = (-2.0 * self.uniform().ln()).sqrt()
+                    * (2.0 * std::f64::consts::PI * self.uniform()).cos();
+                Duration::from_secs_f64(median_s * (sigma * z).exp())
+            }
+        }
+    }
+}
+
+#[test]
+fn the_tail_latency_model_has_its_median_p99_and_stalls() {
+    let sampler = LatencySampler::new(Latency::object_store_tail(7));
+    let mut draws: Vec<Duration> = (0..100_000).map(|_| sampler.next()).collect();
+    let stalls = draws
+        .iter()
+        .filter(|d| **d == Duration::from_secs(1))
+        .count();
+    draws.sort();
+    let at = |q: f64| draws[(q * draws.len() as f64) as usize].as_secs_f64() * 1e3;
+    // A stall is 1 in 500: 200 of 100,000, within sampling noise.
+    assert!((120..=280).contains(&stalls), "{stalls} stalls");
+    assert!((18.0..22.0).contains(&at(0.5)), "p50 {} ms", at(0.5));
+    // The stalls sit above p99 and push it up a little.
+    assert!((135.0..190.0).contains(&at(0.99)), "p99 {} ms", at(0.99));
+    // One seed, one sequence.
+    let (a, b) = (
+        LatencySampler::new(Latency::object_store_tail(7)),
+        LatencySampler::new(Latency::object_store_tail(7)),
+    );
+    assert!((0..100).all(|_| a.next() == b.next()));
 }
