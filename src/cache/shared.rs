@@ -726,31 +726,43 @@ enum Removal {
 }
 
 /// Removes the entry at `path` unless it is pinned: under an exclusive `flock`
-/// taken without waiting (a pinner holds a shared one). Then removes its lock
-/// file if nobody holds that.
+/// taken without waiting (a pinner holds a shared one), and under the key's lock
+/// taken without waiting, since a writer renames a new entry into place only
+/// while it holds that lock: without it, a writer whose pin failed against our
+/// exclusive lock could fetch and rename its new entry over the path between our
+/// check and our unlink, and we would unlink its pinned entry. Then removes the
+/// lock file.
 fn remove_entry(path: &Path) -> Result<Removal> {
+    let lock_file = lock_path(path);
+    let key_lock = match KeyLock::try_acquire(&lock_file, true)? {
+        TryLock::Held(lock) => lock,
+        // A writer or a waiter has the key: leave the entry to them.
+        TryLock::Busy | TryLock::Missing => return Ok(Removal::Pinned),
+    };
     let file = match fs::File::open(path) {
         Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Removal::Gone),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            key_lock.remove(&lock_file)?;
+            return Ok(Removal::Gone);
+        }
         Err(e) => return Err(Error::io(path.display(), e)),
     };
     match FileExt::try_lock(&file) {
         Ok(()) => {}
-        Err(TryLockError::WouldBlock) => return Ok(Removal::Pinned),
+        Err(TryLockError::WouldBlock) => {
+            key_lock.remove(&lock_file)?;
+            return Ok(Removal::Pinned);
+        }
         Err(TryLockError::Error(e)) => return Err(Error::io(path.display(), e)),
     }
     if !still_linked(&file, path) {
+        key_lock.remove(&lock_file)?;
         return Ok(Removal::Gone);
     }
     // A pinner that opened it before this lock finds it unlinked once it locks.
     remove_if_exists(path)?;
     drop(file);
-    let lock_file = lock_path(path);
-    if let TryLock::Held(lock) = KeyLock::try_acquire(&lock_file, false)?
-        && !path.exists()
-    {
-        lock.remove(&lock_file)?;
-    }
+    key_lock.remove(&lock_file)?;
     Ok(Removal::Removed)
 }
 
