@@ -80,16 +80,6 @@ impl TempCache {
         })
     }
 
-    /// [`TempCache::new`], then [`TempCache::open_blocking`], with `fallback`.
-    pub fn create(root: &Path, fallback: Option<Arc<dyn LocalCopies>>) -> Result<Arc<Self>> {
-        let cache = Self::new(root);
-        if let Some(f) = fallback {
-            cache.set_fallback(f);
-        }
-        cache.open_blocking()?;
-        Ok(cache)
-    }
-
     /// `fallback` serves files this cache does not hold (the shared cache).
     pub fn set_fallback(&self, fallback: Arc<dyn LocalCopies>) {
         let _ = self.fallback.set(fallback);
@@ -281,11 +271,17 @@ pub fn sweep_orphans(tmp: &Path) {
 mod tests {
     use super::*;
 
+    fn opened(root: &Path) -> Arc<TempCache> {
+        let cache = TempCache::new(root);
+        cache.open_blocking().expect("open");
+        cache
+    }
+
     #[test]
     fn a_held_dir_is_kept_and_a_dir_with_a_free_lock_is_swept_whatever_its_pid() {
         let root = tempfile::tempdir().expect("root");
         let tmp = root.path().join("tmp");
-        let live = TempCache::create(root.path(), None).expect("create");
+        let live = opened(root.path());
         // A dir whose owner is gone (lock released), with a pid file naming a
         // running process (this one), as after pid reuse.
         let orphan = tmp.join("prefetch-orphan");
@@ -312,7 +308,7 @@ mod tests {
     #[test]
     fn a_copy_lives_until_its_last_row_releases_it() {
         let root = tempfile::tempdir().expect("root");
-        let cache = TempCache::create(root.path(), None).expect("create");
+        let cache = opened(root.path());
         let (a, b) = (file("a.bin"), file("b.bin"));
         // Row 1 holds `a` in both columns; row 2 holds `a` too.
         let path = cache.new_path(&a);

@@ -460,13 +460,8 @@ impl Chain {
     async fn source_plan(&self) -> Result<LogicalPlan> {
         let ctx = self.session.context();
         let options = self.settings.get_storage_options();
-        let open = |uri: &str| -> Result<()> {
-            crate::storage::check_local_path(uri)?;
-            if let Ok(loc) = Location::parse(uri) {
-                crate::storage::open_store(ctx.runtime_env().as_ref(), &loc, options)?;
-            }
-            Ok(())
-        };
+        let open =
+            |uri: &str| crate::storage::open_source(ctx.runtime_env().as_ref(), uri, options);
         let df = match &self.source {
             Source::Storage {
                 uri,

@@ -26,7 +26,7 @@ use crate::chain::Settings;
 use crate::dataset::Catalog;
 use crate::error::Error;
 use crate::plan::{UdfKind, UdfNode};
-use crate::storage::{Location, StorageTable, open_store};
+use crate::storage::StorageTable;
 
 /// The table functions scripts know, for suggestions.
 pub const NAMES: &[&str] = &[
@@ -124,11 +124,7 @@ impl TableFunctionImpl for TableFn {
             .ok_or_else(|| DataFusionError::Plan("table functions need a SessionState".into()))?;
         let options = settings.get_storage_options().clone();
         let open = |uri: &str| -> DfResult<()> {
-            crate::storage::check_local_path(uri).map_err(Error::into_df)?;
-            if let Ok(loc) = Location::parse(uri) {
-                open_store(state.runtime_env(), &loc, &options).map_err(Error::into_df)?;
-            }
-            Ok(())
+            crate::storage::open_source(state.runtime_env(), uri, &options).map_err(Error::into_df)
         };
         let ctx = || SessionContext::new_with_state(state.clone());
         match self.kind {

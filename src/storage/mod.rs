@@ -163,6 +163,17 @@ impl Location {
     }
 }
 
+/// Opens the store of `uri`, a source about to be planned: a plain local path
+/// that does not exist fails here (see [`check_local_path`]); a glob or a URL
+/// is left to the listing.
+pub fn open_source(env: &RuntimeEnv, uri: &str, options: &BTreeMap<String, String>) -> Result<()> {
+    check_local_path(uri)?;
+    if let Ok(loc) = Location::parse(uri) {
+        open_store(env, &loc, options)?;
+    }
+    Ok(())
+}
+
 /// An error when `uri` is a local path (no scheme, no glob characters) that
 /// does not exist, saying where it was looked for ([`missing_path`]); `Ok` for
 /// anything else (URLs and globs are checked by whoever opens them).
