@@ -3,6 +3,17 @@
 //! the pipeline's SQLite db (tables `trig_*`), so a fresh instance opened over
 //! the same db continues exactly where the last one stopped.
 
+mod amount;
+mod distance;
+mod drift;
+mod time;
+
+pub use amount::AmountTrigger;
+pub use distance::{gaussian_mmd2, ks_statistic, median_bandwidth};
+pub use drift::DriftTrigger;
+pub use time::{TimeTrigger, parse_every};
+
+use rusqlite::OptionalExtension;
 use serde::Deserialize;
 
 use crate::pipeline::sample::Sample;
@@ -80,9 +91,86 @@ pub trait Trigger: Send {
 /// Builds the trigger a config describes, validating it (`every` parses,
 /// sizes > 0, ...).
 pub fn build_trigger(cfg: &TriggerConfig) -> crate::Result<Box<dyn Trigger>> {
-    Err(crate::Error::Setting {
-        name: "trigger".into(),
-        value: format!("{cfg:?}"),
-        reason: "is not implemented yet".into(),
+    Ok(match cfg {
+        TriggerConfig::Amount { num_samples } => Box::new(AmountTrigger::new(*num_samples)?),
+        TriggerConfig::Time { every } => Box::new(TimeTrigger::new(parse_every(every)?)),
+        TriggerConfig::Drift(d) => Box::new(DriftTrigger::new(d.clone())?),
     })
+}
+
+/// A SQLite error on the pipeline's state db, with the db's path.
+pub(crate) fn db_error(db: &rusqlite::Connection, e: rusqlite::Error) -> crate::Error {
+    crate::Error::Catalog {
+        path: db
+            .path()
+            .filter(|p| !p.is_empty())
+            .unwrap_or("pipeline state (in memory)")
+            .to_string(),
+        source: std::sync::Arc::new(e),
+    }
+}
+
+/// A config value that is not accepted.
+pub(crate) fn bad_setting(name: &str, value: impl std::fmt::Display, reason: &str) -> crate::Error {
+    crate::Error::Setting {
+        name: name.to_string(),
+        value: value.to_string(),
+        reason: reason.to_string(),
+    }
+}
+
+/// The triggers' small state: one integer per name in `trig_state`.
+pub(crate) fn open_state(db: &rusqlite::Connection) -> crate::Result<()> {
+    db.execute_batch(
+        "CREATE TABLE IF NOT EXISTS trig_state (name TEXT PRIMARY KEY, value INTEGER NOT NULL)",
+    )
+    .map_err(|e| db_error(db, e))
+}
+
+pub(crate) fn get_state(db: &rusqlite::Connection, name: &str) -> crate::Result<Option<i64>> {
+    db.prepare_cached("SELECT value FROM trig_state WHERE name = ?1")
+        .and_then(|mut s| s.query_row([name], |r| r.get(0)).optional())
+        .map_err(|e| db_error(db, e))
+}
+
+pub(crate) fn set_state(db: &rusqlite::Connection, name: &str, value: i64) -> crate::Result<()> {
+    db.prepare_cached("INSERT INTO trig_state (name, value) VALUES (?1, ?2) ON CONFLICT (name) DO UPDATE SET value = excluded.value")
+        .and_then(|mut s| s.execute(rusqlite::params![name, value]))
+        .map(|_| ())
+        .map_err(|e| db_error(db, e))
+}
+
+#[cfg(test)]
+pub(crate) mod test_util {
+    use super::*;
+
+    pub fn db() -> rusqlite::Connection {
+        rusqlite::Connection::open_in_memory().expect("in-memory db")
+    }
+
+    pub fn at(timestamps: &[i64]) -> Vec<Sample> {
+        timestamps
+            .iter()
+            .enumerate()
+            .map(|(i, &t)| Sample {
+                key: i as u64,
+                timestamp: t,
+                label: 0,
+                features: None,
+            })
+            .collect()
+    }
+
+    pub fn with_features(values: &[f32]) -> Vec<Sample> {
+        values
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| Sample {
+                key: i as u64,
+                timestamp: i as i64,
+                label: 0,
+                features: Some(vec![v].into()),
+            })
+            .collect()
+    }
 }
