@@ -63,37 +63,43 @@ mod tests {
     #[test]
     fn every_n_across_batch_boundaries() {
         let db = db();
-        let mut t = AmountTrigger::new(3).unwrap();
-        t.open(&db).unwrap();
+        let mut t = AmountTrigger::new(3).expect("ok");
+        t.open(&db).expect("ok");
         // Samples 1..=10 in batches of 2, 4, 0, 1, 3: triggers after samples 3, 6, 9.
-        assert_eq!(t.inform(&db, &at(&[1, 2])).unwrap(), Vec::<usize>::new());
-        assert_eq!(t.inform(&db, &at(&[3, 4, 5, 6])).unwrap(), vec![1, 4]);
-        assert_eq!(t.inform(&db, &[]).unwrap(), Vec::<usize>::new());
-        assert_eq!(t.inform(&db, &at(&[7])).unwrap(), Vec::<usize>::new());
-        assert_eq!(t.inform(&db, &at(&[8, 9, 10])).unwrap(), vec![2]);
+        assert_eq!(
+            t.inform(&db, &at(&[1, 2])).expect("ok"),
+            Vec::<usize>::new()
+        );
+        assert_eq!(t.inform(&db, &at(&[3, 4, 5, 6])).expect("ok"), vec![1, 4]);
+        assert_eq!(t.inform(&db, &[]).expect("ok"), Vec::<usize>::new());
+        assert_eq!(t.inform(&db, &at(&[7])).expect("ok"), Vec::<usize>::new());
+        assert_eq!(t.inform(&db, &at(&[8, 9, 10])).expect("ok"), vec![2]);
         // n = 1 fires after every sample; a batch ending exactly on n cuts at its end.
-        let mut one = AmountTrigger::new(1).unwrap();
+        let mut one = AmountTrigger::new(1).expect("ok");
         let db1 = super::super::test_util::db();
-        one.open(&db1).unwrap();
-        assert_eq!(one.inform(&db1, &at(&[1, 2, 3])).unwrap(), vec![1, 2, 3]);
+        one.open(&db1).expect("ok");
+        assert_eq!(
+            one.inform(&db1, &at(&[1, 2, 3])).expect("ok"),
+            vec![1, 2, 3]
+        );
     }
 
     #[test]
     fn a_new_instance_continues_the_count() {
         let db = db();
-        let mut t = AmountTrigger::new(4).unwrap();
-        t.open(&db).unwrap();
-        assert_eq!(t.inform(&db, &at(&[1, 2, 3, 4, 5])).unwrap(), vec![4]);
-        drop(t);
-        let mut t = AmountTrigger::new(4).unwrap();
-        t.open(&db).unwrap();
+        let mut t = AmountTrigger::new(4).expect("ok");
+        t.open(&db).expect("ok");
+        assert_eq!(t.inform(&db, &at(&[1, 2, 3, 4, 5])).expect("ok"), vec![4]);
+        // A new instance over the same db (the old one is shadowed).
+        let mut t = AmountTrigger::new(4).expect("ok");
+        t.open(&db).expect("ok");
         // One sample counted since the trigger: the next fires after 3 more.
-        assert_eq!(t.inform(&db, &at(&[6, 7, 8, 9])).unwrap(), vec![3]);
+        assert_eq!(t.inform(&db, &at(&[6, 7, 8, 9])).expect("ok"), vec![3]);
     }
 
     #[test]
     fn zero_is_rejected() {
-        let e = AmountTrigger::new(0).unwrap_err().to_string();
+        let e = AmountTrigger::new(0).expect_err("an error").to_string();
         assert!(e.contains("num_samples") && e.contains("at least 1"), "{e}");
     }
 }

@@ -224,49 +224,53 @@ mod tests {
     #[test]
     fn ks_fires_first_then_on_drift() {
         let db = db();
-        let mut t = DriftTrigger::new(cfg(DriftMetric::Ks, 4, 4, 0.5)).unwrap();
-        t.open(&db).unwrap();
+        let mut t = DriftTrigger::new(cfg(DriftMetric::Ks, 4, 4, 0.5)).expect("ok");
+        t.open(&db).expect("ok");
         assert_eq!(t.features(), Some(FeatureSource::Column(2)));
         // Windows of 4 across batches of 3: the first evaluation (after the 4th sample) fires.
         assert_eq!(
-            t.inform(&db, &with_features(&[1., 2., 3.])).unwrap(),
+            t.inform(&db, &with_features(&[1., 2., 3.])).expect("ok"),
             Vec::<usize>::new()
         );
         assert_eq!(
-            t.inform(&db, &with_features(&[4., 1., 2.])).unwrap(),
+            t.inform(&db, &with_features(&[4., 1., 2.])).expect("ok"),
             vec![1]
         );
         // Reference {1,2,3,4}; current {1,2,3,4}: D = 0, no trigger.
         assert_eq!(
-            t.inform(&db, &with_features(&[3., 4.])).unwrap(),
+            t.inform(&db, &with_features(&[3., 4.])).expect("ok"),
             Vec::<usize>::new()
         );
         // current {3,4,5,6}: D = 0.5, not above 0.5.
         assert_eq!(
-            t.inform(&db, &with_features(&[3., 4., 5., 6.])).unwrap(),
+            t.inform(&db, &with_features(&[3., 4., 5., 6.]))
+                .expect("ok"),
             Vec::<usize>::new()
         );
         // current {9,9,9,9}: D = 1 -> fires after the 4th; the reference becomes {9,9,9,9}.
         assert_eq!(
             t.inform(&db, &with_features(&[9., 9., 9., 9., 9.]))
-                .unwrap(),
+                .expect("ok"),
             vec![4]
         );
         // The 5th 9 and these three complete a window {9,9,9,9}: D = 0.
         assert_eq!(
-            t.inform(&db, &with_features(&[9., 9., 9.])).unwrap(),
+            t.inform(&db, &with_features(&[9., 9., 9.])).expect("ok"),
             Vec::<usize>::new()
         );
         assert_eq!(
-            t.inform(&db, &with_features(&[9., 0., 0.])).unwrap(),
+            t.inform(&db, &with_features(&[9., 0., 0.])).expect("ok"),
             Vec::<usize>::new()
         );
         // A restart continues three samples into the window: with this 0 the
         // current window is {9,0,0,0}, D = 0.75 against the reference {9,9,9,9}.
         drop(t);
-        let mut t = DriftTrigger::new(cfg(DriftMetric::Ks, 4, 4, 0.5)).unwrap();
-        t.open(&db).unwrap();
-        assert_eq!(t.inform(&db, &with_features(&[0., 5.])).unwrap(), vec![1]);
+        let mut t = DriftTrigger::new(cfg(DriftMetric::Ks, 4, 4, 0.5)).expect("ok");
+        t.open(&db).expect("ok");
+        assert_eq!(
+            t.inform(&db, &with_features(&[0., 5.])).expect("ok"),
+            vec![1]
+        );
     }
 
     #[test]
@@ -274,39 +278,49 @@ mod tests {
         let db = db();
         let mut c = cfg(DriftMetric::Mmd, 2, 2, 0.5);
         c.bandwidth = Some(1.0);
-        let mut t = DriftTrigger::new(c).unwrap();
-        t.open(&db).unwrap();
-        assert_eq!(t.inform(&db, &with_features(&[0., 0.])).unwrap(), vec![2]);
+        let mut t = DriftTrigger::new(c).expect("ok");
+        t.open(&db).expect("ok");
+        assert_eq!(
+            t.inform(&db, &with_features(&[0., 0.])).expect("ok"),
+            vec![2]
+        );
         // Reference {0,0}, current {1,1}: MMD² = 2 - 2e^-0.5 = 0.787 > 0.5.
-        assert_eq!(t.inform(&db, &with_features(&[1., 1.])).unwrap(), vec![2]);
+        assert_eq!(
+            t.inform(&db, &with_features(&[1., 1.])).expect("ok"),
+            vec![2]
+        );
         // Reference {1,1}, current {1.5,1.5}: 2 - 2e^-0.125 = 0.235, below.
         assert_eq!(
-            t.inform(&db, &with_features(&[1.5, 1.5])).unwrap(),
+            t.inform(&db, &with_features(&[1.5, 1.5])).expect("ok"),
             Vec::<usize>::new()
         );
         // Median heuristic, reference_size 4 > current_size 2: the reference
         // after the first trigger holds the last 4 samples seen (only 2 exist).
         let db = super::super::test_util::db();
-        let mut t = DriftTrigger::new(cfg(DriftMetric::Mmd, 4, 2, 0.1)).unwrap();
-        t.open(&db).unwrap();
+        let mut t = DriftTrigger::new(cfg(DriftMetric::Mmd, 4, 2, 0.1)).expect("ok");
+        t.open(&db).expect("ok");
         assert_eq!(
-            t.inform(&db, &with_features(&[0., 1., 0., 1.])).unwrap(),
+            t.inform(&db, &with_features(&[0., 1., 0., 1.]))
+                .expect("ok"),
             vec![2]
         );
         assert_eq!(t.reference.len(), 2);
         // Same distribution {0,1} vs {0,1}: 0. Then {10,11}: σ = median distance, far -> fires.
-        assert_eq!(t.inform(&db, &with_features(&[10., 11.])).unwrap(), vec![2]);
+        assert_eq!(
+            t.inform(&db, &with_features(&[10., 11.])).expect("ok"),
+            vec![2]
+        );
         assert_eq!(t.reference.len(), 4);
     }
 
     #[test]
     fn missing_features_and_bad_config_are_errors() {
         let db = db();
-        let mut t = DriftTrigger::new(cfg(DriftMetric::Ks, 2, 2, 0.1)).unwrap();
-        t.open(&db).unwrap();
+        let mut t = DriftTrigger::new(cfg(DriftMetric::Ks, 2, 2, 0.1)).expect("ok");
+        t.open(&db).expect("ok");
         let e = t
             .inform(&db, &super::super::test_util::at(&[1]))
-            .unwrap_err()
+            .expect_err("an error")
             .to_string();
         assert!(e.contains("needs features"), "{e}");
         assert!(DriftTrigger::new(cfg(DriftMetric::Ks, 0, 2, 0.1)).is_err());
@@ -316,7 +330,7 @@ mod tests {
         c.bandwidth = Some(1.0);
         assert!(
             DriftTrigger::new(c)
-                .unwrap_err()
+                .expect_err("an error")
                 .to_string()
                 .contains("mmd only")
         );

@@ -90,11 +90,11 @@ mod tests {
 
     #[test]
     fn units_parse() {
-        assert_eq!(parse_every("30s").unwrap(), 30);
-        assert_eq!(parse_every("5m").unwrap(), 300);
-        assert_eq!(parse_every("2h").unwrap(), 7200);
-        assert_eq!(parse_every("1d").unwrap(), 86_400);
-        assert_eq!(parse_every("1w").unwrap(), 604_800);
+        assert_eq!(parse_every("30s").expect("ok"), 30);
+        assert_eq!(parse_every("5m").expect("ok"), 300);
+        assert_eq!(parse_every("2h").expect("ok"), 7200);
+        assert_eq!(parse_every("1d").expect("ok"), 86_400);
+        assert_eq!(parse_every("1w").expect("ok"), 604_800);
         for bad in [
             "",
             "s",
@@ -107,7 +107,7 @@ mod tests {
             "µ",
             "99999999999999999w",
         ] {
-            let e = parse_every(bad).unwrap_err().to_string();
+            let e = parse_every(bad).expect_err("an error").to_string();
             assert!(e.starts_with("trigger.time.every"), "{bad}: {e}");
         }
     }
@@ -116,30 +116,39 @@ mod tests {
     fn boundaries_from_the_first_timestamp() {
         let db = db();
         let mut t = TimeTrigger::new(10);
-        t.open(&db).unwrap();
+        t.open(&db).expect("ok");
         // First boundary 100 + 10 = 110. 110 itself belongs to the next interval.
         assert_eq!(
-            t.inform(&db, &at(&[100, 105, 109, 110, 115])).unwrap(),
+            t.inform(&db, &at(&[100, 105, 109, 110, 115])).expect("ok"),
             vec![3]
         );
         // Next boundary 120: it falls before this batch's first sample.
-        assert_eq!(t.inform(&db, &at(&[121, 125])).unwrap(), vec![0]);
+        assert_eq!(t.inform(&db, &at(&[121, 125])).expect("ok"), vec![0]);
         // An empty batch changes nothing.
-        assert_eq!(t.inform(&db, &[]).unwrap(), Vec::<usize>::new());
+        assert_eq!(t.inform(&db, &[]).expect("ok"), Vec::<usize>::new());
         // A gap over boundaries 130, 140, 150: three triggers before 155.
-        assert_eq!(t.inform(&db, &at(&[129, 155, 156])).unwrap(), vec![1, 1, 1]);
+        assert_eq!(
+            t.inform(&db, &at(&[129, 155, 156])).expect("ok"),
+            vec![1, 1, 1]
+        );
     }
 
     #[test]
     fn a_new_instance_continues_from_the_next_boundary() {
         let db = db();
         let mut t = TimeTrigger::new(60);
-        t.open(&db).unwrap();
-        assert_eq!(t.inform(&db, &at(&[0, 30])).unwrap(), Vec::<usize>::new());
-        drop(t);
+        t.open(&db).expect("ok");
+        assert_eq!(
+            t.inform(&db, &at(&[0, 30])).expect("ok"),
+            Vec::<usize>::new()
+        );
+        // A new instance over the same db (the old one is shadowed).
         let mut t = TimeTrigger::new(60);
-        t.open(&db).unwrap();
+        t.open(&db).expect("ok");
         // Boundary 60 (not 30 + 60): the first timestamp was seen before the restart.
-        assert_eq!(t.inform(&db, &at(&[59, 60, 119, 120])).unwrap(), vec![1, 3]);
+        assert_eq!(
+            t.inform(&db, &at(&[59, 60, 119, 120])).expect("ok"),
+            vec![1, 3]
+        );
     }
 }
