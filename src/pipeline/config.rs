@@ -146,14 +146,17 @@ impl PipelineConfig {
             ..serde_saphyr::Options::default()
         };
         let config: Self = serde_saphyr::from_str_with_options(text, options).map_err(|e| {
-            let reason = match e.location() {
-                Some(at) => format!(
-                    "{origin}: line {}, column {}: {}",
-                    at.line(),
-                    at.column(),
-                    message_without_location(&e.to_string())
+            let msg = e.to_string();
+            let at = e
+                .location()
+                .map(|at| (at.line(), at.column()))
+                .or_else(|| unknown_name(&msg).and_then(|name| locate_key(text, name)));
+            let reason = match at {
+                Some((line, column)) => format!(
+                    "{origin}: line {line}, column {column}: {}",
+                    message_without_location(&msg)
                 ),
-                None => format!("{origin}: {e}"),
+                None => format!("{origin}: {msg}"),
             };
             Error::Pipeline {
                 pipeline: "config".into(),
@@ -245,6 +248,47 @@ fn message_without_location(msg: &str) -> &str {
     }
 }
 
+/// The name in serde's "unknown field `x`" / "unknown variant `x`" messages,
+/// which serde-saphyr reports without a location.
+fn unknown_name(msg: &str) -> Option<&str> {
+    let rest = msg
+        .split_once("unknown field `")
+        .or_else(|| msg.split_once("unknown variant `"))?
+        .1;
+    rest.split_once('`').map(|(name, _)| name)
+}
+
+/// The 1-based line and column of the first place `name` is written as a
+/// mapping key (`name:` at the start of a line or after `{`, `,` or `- `),
+/// outside comments.
+fn locate_key(text: &str, name: &str) -> Option<(u64, u64)> {
+    for (i, line) in text.lines().enumerate() {
+        let code = match line.find(" #") {
+            Some(c) => &line[..c],
+            None if line.trim_start().starts_with('#') => "",
+            None => line,
+        };
+        let mut from = 0;
+        while let Some(pos) = code[from..].find(name) {
+            let (start, end) = (from + pos, from + pos + name.len());
+            from = end;
+            // A quoted key: the quote must close right after the name.
+            let (before, after) = match code[..start].chars().last() {
+                Some(q @ ('"' | '\'')) if code[end..].starts_with(q) => {
+                    (&code[..start - 1], &code[end + 1..])
+                }
+                _ => (&code[..start], &code[end..]),
+            };
+            let before = before.trim_end();
+            let starts_key = before.is_empty() || before.ends_with(['{', ',', '-']);
+            if starts_key && after.trim_start().starts_with(':') {
+                return Some((i as u64 + 1, start as u64 + 1));
+            }
+        }
+    }
+    None
+}
+
 /// Pipeline and dataset names: as dataset names are.
 pub(crate) fn valid_name(name: &str) -> bool {
     !name.is_empty()
@@ -293,6 +337,18 @@ mod tests {
         assert!(parse_duration("0s").is_err());
         assert!(parse_duration("5y").is_err());
         assert!(parse_duration("s").is_err());
+    }
+
+    #[test]
+    fn unknown_keys_are_located() {
+        let text = "a: 1\nb: {c: 2, cc: 3} # cc: x\n# cc: 4\n  - cc: 5\n";
+        assert_eq!(locate_key(text, "cc"), Some((2, 11)));
+        assert_eq!(locate_key("x:\n  - cc: 5\n", "cc"), Some((2, 5)));
+        assert_eq!(locate_key("acc: 1\n", "cc"), None);
+        assert_eq!(
+            unknown_name("unknown field `sed`, expected one of `seed`"),
+            Some("sed")
+        );
     }
 
     #[test]

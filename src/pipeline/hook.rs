@@ -20,6 +20,9 @@ use crate::pipeline::state::TriggerRecord;
 /// A Rust training callback: gets the trigger (its dataset is saved).
 pub type TriggerCallback = Arc<dyn Fn(&TriggerRecord) -> Result<()> + Send + Sync>;
 
+/// Called with each trigger once it is recorded finished (done or skipped).
+pub type CompletedCallback = Arc<dyn Fn(&TriggerRecord) + Send + Sync>;
+
 /// What runs at a trigger.
 #[derive(Clone, Default)]
 pub struct Hook {

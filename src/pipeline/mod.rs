@@ -50,7 +50,7 @@ pub use state::TriggerRecord;
 pub use supervisor::{Range, StopHandle, dataset_name};
 
 use crate::error::Result;
-use crate::pipeline::hook::Hook;
+use crate::pipeline::hook::{CompletedCallback, Hook};
 use crate::pipeline::selector::ScoreFn;
 use crate::pipeline::supervisor::Supervisor;
 use crate::session::Session;
@@ -66,7 +66,7 @@ pub struct Pipeline {
     session: Arc<Session>,
     hook: Hook,
     scores: Option<Arc<dyn ScoreFn>>,
-    on_completed: Option<Arc<dyn Fn(&TriggerRecord) + Send + Sync>>,
+    on_completed: Option<CompletedCallback>,
     max_triggers: Option<u64>,
 }
 

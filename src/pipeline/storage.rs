@@ -92,9 +92,12 @@ pub async fn read_all(
     feature_column: Option<usize>,
 ) -> Result<Vec<Vec<RawSample>>> {
     let store = session.store(&data.uri)?;
-    futures::stream::iter(files.iter().map(|f| {
-        let store = Arc::clone(&store);
-        async move { read_samples(&store, data, f, feature_column).await }
+    // Owned values in the futures: a borrowing closure here makes the
+    // caller's future not `Send` (a higher-ranked lifetime error in spawn).
+    let data = Arc::new(data.clone());
+    futures::stream::iter(files.iter().cloned().map(move |f| {
+        let (store, data) = (Arc::clone(&store), Arc::clone(&data));
+        async move { read_samples(&store, &data, &f, feature_column).await }
     }))
     .buffered(READ_AHEAD)
     .try_collect()
@@ -268,7 +271,7 @@ pub fn parse_binary(
     b: &BinaryFormat,
     timestamp: i64,
 ) -> std::result::Result<Vec<RawSample>, String> {
-    if bytes.len() % b.record_size != 0 {
+    if !bytes.len().is_multiple_of(b.record_size) {
         return Err(format!(
             "size {} is not a multiple of record_size {}",
             bytes.len(),

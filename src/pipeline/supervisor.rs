@@ -36,7 +36,7 @@ use crate::chain::Chain;
 use crate::dataset::Catalog;
 use crate::error::{Error, Result};
 use crate::pipeline::config::{Format, PipelineConfig};
-use crate::pipeline::hook::Hook;
+use crate::pipeline::hook::{CompletedCallback, Hook};
 use crate::pipeline::sample::Sample;
 use crate::pipeline::selector::{ScoreFn, Strategy, build_strategy};
 use crate::pipeline::state::{self, SqlErr, TriggerRecord};
@@ -99,7 +99,7 @@ pub struct Supervisor {
     strategy: Box<dyn Strategy>,
     feature_column: Option<usize>,
     hook: Hook,
-    on_completed: Option<Arc<dyn Fn(&TriggerRecord) + Send + Sync>>,
+    on_completed: Option<CompletedCallback>,
     // Held for as long as the supervisor lives: one run per pipeline.
     _lock: std::fs::File,
 }
@@ -113,7 +113,7 @@ impl Supervisor {
         session: Arc<Session>,
         mut hook: Hook,
         scores: Option<Arc<dyn ScoreFn>>,
-        on_completed: Option<Arc<dyn Fn(&TriggerRecord) + Send + Sync>>,
+        on_completed: Option<CompletedCallback>,
     ) -> Result<Self> {
         config.check()?;
         let root = session.settings().get_root();
@@ -121,28 +121,25 @@ impl Supervisor {
         std::fs::create_dir_all(&dir).map_err(|e| Error::io(dir.display(), e))?;
         let lock = lock_run(&config.name, &dir.join("run.lock"))?;
         let (db, sql) = state::open(&config.name, &dir.join(state::DB_FILE))?;
-        if let Some(text) = state::get_text(&db, &sql, "config")? {
-            let old = PipelineConfig::from_yaml(&text, "the stored config")?;
-            // The poll interval may change between runs; the rest may not.
-            let data = |c: &PipelineConfig| {
-                let mut d = c.data.clone();
-                d.poll_interval = None;
-                d
-            };
-            if data(&old) != data(&config)
-                || old.trigger != config.trigger
-                || old.selection != config.selection
-            {
+        // The poll interval and the training hook may change between runs;
+        // what decides the keys, the triggers and the sets may not.
+        let mut data = config.data.clone();
+        data.poll_interval = None;
+        let fingerprint = format!("{:?}", (&data, &config.trigger, &config.selection));
+        match state::get_text(&db, &sql, "fingerprint")? {
+            Some(old) if old != fingerprint => {
                 return Err(Error::Pipeline {
                     pipeline: config.name.clone(),
                     reason: format!(
                         "its state in {} was made with another data, trigger or selection \
-                             config: use a new name (or remove that dir to start over)",
+                         config: use a new name (or remove that dir to start over)",
                         dir.display()
                     ),
                     source: None,
                 });
             }
+            Some(_) => {}
+            None => state::set(&db, &sql, "fingerprint", fingerprint)?,
         }
         let mut trigger = build_trigger(&config.trigger)?;
         let mut strategy = build_strategy(&config.selection, scores)?;
@@ -487,7 +484,7 @@ impl Supervisor {
 
     /// Saves trigger `t`'s set as dataset `name`, replacing a version an
     /// unrecorded earlier save left.
-    async fn save(&self, t: &TriggerRecord, name: &str) -> Result<()> {
+    async fn save(&mut self, t: &TriggerRecord, name: &str) -> Result<()> {
         let catalog = Catalog::open_async(self.session.settings().get_root()).await?;
         if catalog.get_async(name, None).await.is_ok() {
             catalog.remove_async(name, None).await?;

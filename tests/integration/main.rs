@@ -12,6 +12,7 @@ mod first_run;
 mod keys;
 mod layers;
 mod on_error;
+mod pipeline;
 mod prefetch;
 mod progress;
 mod redaction;
