@@ -916,3 +916,75 @@ fn kill_9_and_rerun_repeat_and_lose_no_trigger() {
         "one version per trigger"
     );
 }
+
+/// Samples on the S3 server, timestamps from a column (interleaved across
+/// files: keys follow time, not files), and a drift trigger on a feature
+/// column that the supervisor fills: the first evaluation fires, a small
+/// shift (KS 1/3) does not, a large one (KS 1) does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_csv_with_column_timestamps_and_a_drift_trigger() {
+    let s3 = crate::support::S3Server::start();
+    let root = tempfile::tempdir().expect("root");
+    let dir = s3.bucket_dir().join("p");
+    // (feature, timestamp) per row; the label is the file's number.
+    let files = [
+        ("a.csv", [(1.0, 100), (1.5, 103), (10.0, 106)]),
+        ("b.csv", [(2.0, 101), (2.5, 104), (11.0, 107)]),
+        ("c.csv", [(3.0, 102), (2.0, 105), (12.0, 108)]),
+    ];
+    for (label, (name, rows)) in files.iter().enumerate() {
+        let text: String = rows
+            .iter()
+            .map(|(f, ts)| format!("{f},{label},{ts}\n"))
+            .collect();
+        put(&dir, name, text.as_bytes(), T0);
+    }
+    let yaml = "name: drifty
+data:
+  uri: s3://bucket/p
+  format: {csv: {label_column: 1}}
+  timestamp: {column: 2}
+  selector_batch_size: 2
+trigger: {drift: {reference_size: 3, current_size: 3, metric: ks, threshold: 0.5, feature: {column: 0}}}
+selection: {strategy: new_data, maximum_keys_in_memory: 4, tail_triggers: 0}
+";
+    let session = Session::with_settings(s3.settings().root(root.path()).progress(false));
+    let done = Pipeline::from_yaml(yaml)
+        .expect("config")
+        .session(Arc::clone(&session))
+        .replay(None, None)
+        .await
+        .expect("replay");
+    assert_eq!(
+        records(&done),
+        vec![
+            (0, 102, 3, vec![3], Some("drifty-trigger-0".into())),
+            (1, 108, 6, vec![4, 2], Some("drifty-trigger-1".into())),
+        ]
+    );
+    check_set(
+        &session,
+        "drifty-trigger-0",
+        &[
+            (0, "a.csv", 0, 100, 0),
+            (1, "b.csv", 0, 101, 1),
+            (2, "c.csv", 0, 102, 2),
+        ],
+        &[3],
+    )
+    .await;
+    check_set(
+        &session,
+        "drifty-trigger-1",
+        &[
+            (3, "a.csv", 1, 103, 0),
+            (4, "b.csv", 1, 104, 1),
+            (5, "c.csv", 1, 105, 2),
+            (6, "a.csv", 2, 106, 0),
+            (7, "b.csv", 2, 107, 1),
+            (8, "c.csv", 2, 108, 2),
+        ],
+        &[4, 2],
+    )
+    .await;
+}
