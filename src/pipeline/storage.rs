@@ -62,7 +62,8 @@ pub fn file_timestamp(file: &File) -> Result<i64> {
 
 /// The files under the config's URI matching its glob, label files left out.
 pub async fn list(session: &Arc<Session>, data: &DataConfig) -> Result<Vec<File>> {
-    let mut chain = session.from_storage(&data.uri);
+    // A listing every poll: no progress display or summary line for it.
+    let mut chain = session.from_storage(&data.uri).progress(false);
     if let Some(g) = &data.glob {
         chain = chain.glob(g);
     }

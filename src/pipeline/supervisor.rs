@@ -504,7 +504,7 @@ impl Supervisor {
             let rows: Vec<KeyRow> = rows.into_iter().map(KeyRow::from).collect();
             Chain::from_values_in(Arc::clone(&self.session), &rows)
         };
-        chain.save(name).await?;
+        chain.progress(false).save(name).await?;
         Ok(())
     }
 }
