@@ -988,3 +988,67 @@ selection: {strategy: new_data, maximum_keys_in_memory: 4, tail_triggers: 0}
     )
     .await;
 }
+
+/// `pipeline run --live` picks up files written while it runs and stops
+/// cleanly on Ctrl-C (SIGINT): exit 0, one JSON line per trigger.
+#[test]
+fn cli_live_run_stops_on_ctrl_c() {
+    let dir = tempfile::tempdir().expect("dir");
+    let root = dir.path().join("root");
+    let config = cli_setup(dir.path(), "watch", "[\"true\"]");
+    let data = dir.path().join("data");
+    let child = Command::new(env!("CARGO_BIN_EXE_udfchain"))
+        .arg("--root")
+        .arg(&root)
+        .args(["pipeline", "run", config.to_str().expect("utf8"), "--live"])
+        .args(["--poll-interval", "100ms"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let done = |n: usize| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let show = udfchain(&root, &["pipeline", "show", "watch"]);
+            let text = String::from_utf8_lossy(&show.stdout);
+            if text.matches("\"status\":\"done\"").count() >= n {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{n} triggers in time: {text}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    // 8 files: 4 triggers of 2; a 9th and 10th file make a 5th.
+    done(4);
+    let now = T0 + 100;
+    put(&data, "g0.csv", b"x,label\n8,1\n", now);
+    put(&data, "g1.csv", b"x,label\n9,2\n", now);
+    done(5);
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .expect("kill")
+            .success()
+    );
+    let out = child.wait_with_output().expect("wait");
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let ids: Vec<u64> = stdout
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).expect("json")["trigger_id"]
+                .as_u64()
+                .expect("id")
+        })
+        .collect();
+    assert_eq!(ids, vec![0, 1, 2, 3, 4]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("stopping the pipeline"),
+        "{out:?}"
+    );
+}
