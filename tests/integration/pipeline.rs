@@ -1052,3 +1052,53 @@ fn cli_live_run_stops_on_ctrl_c() {
         "{out:?}"
     );
 }
+
+/// coreset's offline selection with a Rust scoring function given to the
+/// pipeline: at each trigger, the k = 2 best-scored candidates of all data so far.
+struct LabelThenKey;
+
+impl udfchain::pipeline::selector::ScoreFn for LabelThenKey {
+    fn score(&self, candidates: &[udfchain::pipeline::Sample]) -> udfchain::Result<Vec<f64>> {
+        Ok(candidates
+            .iter()
+            .map(|s| (s.label * 10) as f64 + s.key as f64)
+            .collect())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coreset_with_a_rust_score_fn() {
+    let root = tempfile::tempdir().expect("root");
+    let data = tempfile::tempdir().expect("data");
+    csv_files(data.path());
+    let session = session(root.path());
+    let config = csv_config(
+        "scored",
+        data.path(),
+        "{amount: {num_samples: 6}}",
+        "{strategy: coreset, maximum_keys_in_memory: 4, k: 2, sampling: top_k}",
+    );
+    let done = Pipeline::new(config)
+        .session(Arc::clone(&session))
+        .score_fn(Arc::new(LabelThenKey))
+        .replay(None, None)
+        .await
+        .expect("replay");
+    assert_eq!(done.len(), 2);
+    // Keys 0..5 have labels 0 1 2 0 1 2: the best are 5 (25) and 2 (22).
+    check_set(
+        &session,
+        "scored-trigger-0",
+        &[(2, "b.csv", 2, T0, 2), (5, "a.csv", 1, T0 + 10, 2)],
+        &[2],
+    )
+    .await;
+    // Keys 6..11 have labels 0 1 2 0 1 2: the best of all are 11 (31) and 8 (28).
+    check_set(
+        &session,
+        "scored-trigger-1",
+        &[(8, "c.csv", 0, T0 + 20, 2), (11, "c.csv", 3, T0 + 20, 2)],
+        &[2],
+    )
+    .await;
+}
