@@ -18,6 +18,7 @@ mod progress;
 mod redaction;
 mod relational;
 mod scripts;
+mod selection;
 mod shared_cache;
 mod sources;
 mod sql_udfs;

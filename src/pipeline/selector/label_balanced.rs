@@ -47,7 +47,10 @@ pub(crate) fn balanced_draw(
         .map(|(label, n)| {
             (
                 *label,
-                (Sampler::new(quotas[label], *n), rng.fork(*label as u64)),
+                (
+                    Sampler::new(quotas.get(label).copied().unwrap_or(0), *n),
+                    rng.fork(*label as u64),
+                ),
             )
         })
         .collect();

@@ -238,6 +238,30 @@ mod tests {
     }
 
     #[test]
+    fn large_batches_take_the_multi_row_insert() {
+        let db = db();
+        let mut s = strategy(Some(0), Some(100), Some(LimitReset::Last), 64);
+        s.open(&db).expect("ok");
+        // 200 = 3 inserts of 64 rows + 8 single rows; then 70 = 64 + 6.
+        s.inform(&db, &samples(0..200, |k| k as i64 % 5))
+            .expect("ok");
+        s.inform(&db, &samples(200..270, |k| k as i64 % 5))
+            .expect("ok");
+        let t = s.trigger(&db, 0).expect("ok");
+        assert_eq!(keys(&*s, &db, &t), (170..270).collect::<Vec<_>>());
+        assert_eq!(t.partition_sizes, vec![64, 36]);
+        let rows: Vec<(i64, i64, i64, i64)> = db
+            .prepare("SELECT seq, key, ts, label FROM sel_samples ORDER BY seq")
+            .expect("ok")
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+            .expect("ok")
+            .collect::<Result<_, _>>()
+            .expect("ok");
+        let want: Vec<(i64, i64, i64, i64)> = (0..270).map(|k| (k, k, k, k % 5)).collect();
+        assert_eq!(rows, want);
+    }
+
+    #[test]
     fn a_new_instance_continues_identically() {
         let run = |restart: bool| {
             let db = db();

@@ -174,3 +174,44 @@ pub(crate) mod test_util {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn configs_deserialize_and_unknown_keys_are_rejected() {
+        let parse = |s: &str| serde_json::from_str::<TriggerConfig>(s);
+        assert_eq!(
+            parse(r#"{"amount": {"num_samples": 100}}"#).expect("amount"),
+            TriggerConfig::Amount { num_samples: 100 }
+        );
+        assert_eq!(
+            parse(r#"{"time": {"every": "1d"}}"#).expect("time"),
+            TriggerConfig::Time { every: "1d".into() }
+        );
+        let drift = parse(
+            r#"{"drift": {"reference_size": 500, "current_size": 100, "metric": "mmd",
+                "threshold": 0.2, "feature": {"udf": "embed"}, "bandwidth": 2.0}}"#,
+        )
+        .expect("drift");
+        let TriggerConfig::Drift(d) = &drift else {
+            panic!("{drift:?}")
+        };
+        assert_eq!(
+            (d.metric, &d.feature, d.bandwidth),
+            (
+                DriftMetric::Mmd,
+                &FeatureSource::Udf("embed".into()),
+                Some(2.0)
+            )
+        );
+        let t = build_trigger(&drift).expect("builds");
+        assert_eq!(t.features(), Some(FeatureSource::Udf("embed".into())));
+        assert!(parse(r#"{"amount": {"num_samples": 100, "every": "1d"}}"#).is_err());
+        assert!(parse(r#"{"drift": {"reference_size": 5, "current_size": 5, "metric": "ks", "threshold": 0.2, "feature": {"column": 1}, "windw": 3}}"#).is_err());
+        assert!(parse(r#"{"count": {"n": 1}}"#).is_err());
+        assert!(build_trigger(&TriggerConfig::Time { every: "1y".into() }).is_err());
+        assert!(build_trigger(&TriggerConfig::Amount { num_samples: 0 }).is_err());
+    }
+}
