@@ -6,7 +6,10 @@
 //! dataset is saved under) and, when a Flight server is configured,
 //! `UDFCHAIN_FLIGHT_ADDR` in its environment; its standard output goes to
 //! standard error (standard output carries the pipeline's JSON lines); the
-//! supervisor waits for it. A command that cannot start or exits non-zero, and
+//! supervisor waits for it. It runs in its own process group, so a Ctrl-C
+//! at the terminal reaches the pipeline (which stops after the hook) and not
+//! the training; a pipeline killed with SIGKILL leaves a running hook running
+//! (the next run runs that trigger's hook again). A command that cannot start or exits non-zero, and
 //! a callback that returns an error, are an [`Error::Pipeline`] naming the
 //! trigger and the exit status (or the error).
 
@@ -65,6 +68,9 @@ impl Hook {
             Some(addr) => cmd.env("UDFCHAIN_FLIGHT_ADDR", addr),
             None => cmd.env_remove("UDFCHAIN_FLIGHT_ADDR"),
         };
+        // Its own process group: a Ctrl-C at the terminal stops the pipeline
+        // after this hook (see `cli`), it does not kill the training midway.
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         if let Ok(err) = stderr_stdio() {
             cmd.stdout(err);
         }

@@ -1102,3 +1102,53 @@ async fn coreset_with_a_rust_score_fn() {
     )
     .await;
 }
+
+/// Ctrl-C at a terminal (SIGINT to the whole foreground process group) while
+/// a hook trains: the hook, in its own group, finishes; the pipeline records
+/// that trigger and stops with exit 0 before the next one.
+#[test]
+fn ctrl_c_lets_the_running_hook_finish() {
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().expect("dir");
+    let root = dir.path().join("root");
+    let d = dir.path().display();
+    let hook = format!(
+        "[\"sh\", \"-c\", \"touch {d}/running; sleep 1; echo trained $UDFCHAIN_TRIGGER_ID >> {d}/log\"]"
+    );
+    let config = cli_setup(dir.path(), "patient", &hook);
+    let child = Command::new(env!("CARGO_BIN_EXE_udfchain"))
+        .arg("--root")
+        .arg(&root)
+        .args(["pipeline", "run", config.to_str().expect("utf8")])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .expect("spawn");
+    let running = dir.path().join("running");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !running.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the hook never started"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let group = format!("-{}", child.id());
+    assert!(
+        Command::new("kill")
+            .args(["-INT", "--", &group])
+            .status()
+            .expect("kill")
+            .success()
+    );
+    let out = child.wait_with_output().expect("wait");
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout.lines().count(), 1, "{stdout}");
+    assert!(stdout.starts_with("{\"trigger_id\":0,"), "{stdout}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("log")).expect("log"),
+        "trained 0\n"
+    );
+}
