@@ -19,12 +19,21 @@ use crate::support::stdout_ok as ok;
 /// A base time (seconds since the epoch) for the generated files.
 const T0: i64 = 1_700_000_000;
 
-/// Writes `bytes` at `dir/rel` with mtime `ts` (seconds since the epoch).
+/// Writes `bytes` at `dir/rel` with mtime `ts` (seconds since the epoch),
+/// atomically (written and dated elsewhere, then renamed in), as a store's PUT
+/// is: a live pipeline listing the dir never sees a partial file.
 fn put(dir: &Path, rel: &str, bytes: &[u8], ts: i64) {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let path = dir.join(rel);
     std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
-    std::fs::write(&path, bytes).expect("write");
-    set_mtime(&path, ts);
+    let staging = dir.parent().expect("a parent dir").join(format!(
+        ".put-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    std::fs::write(&staging, bytes).expect("write");
+    set_mtime(&staging, ts);
+    std::fs::rename(&staging, &path).expect("rename into place");
 }
 
 fn set_mtime(path: &Path, ts: i64) {
