@@ -1161,3 +1161,69 @@ fn ctrl_c_lets_the_running_hook_finish() {
         "trained 0\n"
     );
 }
+
+/// A Rust training callback that fails stops the replay with an error naming
+/// the trigger; a rerun retries it. A pipeline's data, trigger or selection
+/// config cannot change under its state; its poll interval can.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_callback_and_a_changed_config() {
+    let root = tempfile::tempdir().expect("root");
+    let data = tempfile::tempdir().expect("data");
+    csv_files(data.path());
+    let session = session(root.path());
+    let config = || {
+        csv_config(
+            "cb",
+            data.path(),
+            "{amount: {num_samples: 4}}",
+            "{strategy: new_data, maximum_keys_in_memory: 4, tail_triggers: 0}",
+        )
+    };
+    let err = Pipeline::new(config())
+        .session(Arc::clone(&session))
+        .on_trigger(|t| {
+            if t.trigger_id == 1 {
+                Err(udfchain::Error::Plan("out of GPUs".into()))
+            } else {
+                Ok(())
+            }
+        })
+        .replay(None, None)
+        .await
+        .expect_err("the callback fails");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("pipeline cb: training hook of trigger 1 failed: invalid chain: out of GPUs"),
+        "{msg}"
+    );
+    let mut changed = config();
+    changed.trigger = csv_config(
+        "cb",
+        data.path(),
+        "{amount: {num_samples: 5}}",
+        "{strategy: new_data, maximum_keys_in_memory: 4}",
+    )
+    .trigger;
+    let err = Pipeline::new(changed)
+        .session(Arc::clone(&session))
+        .replay(None, None)
+        .await
+        .expect_err("another trigger");
+    assert!(
+        err.to_string()
+            .contains("another data, trigger or selection config"),
+        "{err}"
+    );
+    let mut polled = config();
+    polled.data.poll_interval = Some("1s".into());
+    let done = Pipeline::new(polled)
+        .session(Arc::clone(&session))
+        .replay(None, None)
+        .await
+        .expect("rerun");
+    assert_eq!(
+        done.iter().map(|t| t.trigger_id).collect::<Vec<_>>(),
+        vec![1, 2],
+        "trigger 1 retried, then 2"
+    );
+}
