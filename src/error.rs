@@ -89,6 +89,16 @@ pub enum Error {
     #[error("internal error: {0} (please report this)")]
     Internal(String),
 
+    /// A pipeline that cannot go on: a bad config (with its line), a training
+    /// hook that failed (naming the trigger and the exit status), its state db.
+    #[error("pipeline {pipeline}: {reason}")]
+    Pipeline {
+        pipeline: String,
+        reason: String,
+        #[source]
+        source: Option<Source>,
+    },
+
     /// Any other error from the DataFusion engine.
     #[error(transparent)]
     DataFusion(Arc<DataFusionError>),

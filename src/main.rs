@@ -141,6 +141,12 @@ Examples:
         #[command(subcommand)]
         command: DatasetsCommand,
     },
+    /// Pipelines: triggers and selection over new data, training sets as datasets.
+    #[command(after_help = udfchain::pipeline::cli::EXAMPLES)]
+    Pipeline {
+        #[command(subcommand)]
+        command: udfchain::pipeline::cli::PipelineCommand,
+    },
     /// The shared cache.
     #[command(after_help = "\
 Examples:
@@ -364,6 +370,10 @@ async fn run(cli: Cli) -> udfchain::Result<()> {
                     Ok(())
                 }
             }
+        }
+        Command::Pipeline { command } => {
+            udfchain::pipeline::cli::run(command, &session, matches!(out.format, Format::Json))
+                .await
         }
         Command::Cache { command } => {
             let cache = SharedCache::open(settings.cache_dir(), None)?;

@@ -1,0 +1,201 @@
+//! Pipelines (Modyn's design on udfchain): a supervisor reads new samples from
+//! storage in timestamp order, informs a trigger policy and a selection
+//! strategy of them batch by batch, and at each trigger has the strategy build
+//! a training set, saved as dataset `<pipeline>-trigger-<id>` (columns `key`,
+//! `path`, `index`, `timestamp`, `label`, `weight`, `partition`, and a `file`
+//! column for the `single_sample` format, so the loader can read the bytes),
+//! then runs a training hook.
+//!
+//! - `config` the YAML config; `storage` samples from storage; `state` the
+//!   pipeline's tables in its state db; `supervisor` the loop; `hook` the
+//!   training hook; `cli` the `udfchain pipeline` commands.
+//! - `sample`, `trigger/`, `selector/`: the sample type, the trigger policies
+//!   and the selection strategies, written against one contract.
+//!
+//! All state (the pipeline's, the trigger's, the strategy's) lives in one
+//! SQLite db per pipeline, `<root>/pipelines/<name>/state.db`, so that a run
+//! killed at any point continues, when run again, from the last finished
+//! trigger with no trigger repeated or lost.
+//!
+//! ```no_run
+//! use udfchain::pipeline::{Pipeline, PipelineConfig};
+//!
+//! # async fn run() -> udfchain::Result<()> {
+//! let config = PipelineConfig::from_file("pipeline.yaml".as_ref())?;
+//! let done = Pipeline::new(config)
+//!     .on_trigger(|t| {
+//!         println!("train on {:?}", t.dataset);
+//!         Ok(())
+//!     })
+//!     .replay(None, None)
+//!     .await?;
+//! # Ok(()) }
+//! ```
+
+pub mod cli;
+pub mod config;
+pub mod hook;
+pub mod sample;
+pub mod selector;
+pub mod state;
+pub mod storage;
+pub mod supervisor;
+pub mod trigger;
+
+use std::sync::Arc;
+
+pub use config::PipelineConfig;
+pub use sample::Sample;
+pub use state::TriggerRecord;
+pub use supervisor::{Range, StopHandle, dataset_name};
+
+use crate::error::Result;
+use crate::pipeline::hook::{CompletedCallback, Hook};
+use crate::pipeline::selector::ScoreFn;
+use crate::pipeline::supervisor::Supervisor;
+use crate::session::Session;
+
+/// A pipeline to run: a config, the session whose root and stores it uses,
+/// and its hooks. Cheap to build; nothing runs until [`replay`](Self::replay)
+/// or [`run_live`](Self::run_live).
+#[must_use]
+#[derive(Clone)]
+pub struct Pipeline {
+    config: PipelineConfig,
+    yaml: Option<String>,
+    session: Arc<Session>,
+    hook: Hook,
+    scores: Option<Arc<dyn ScoreFn>>,
+    on_completed: Option<CompletedCallback>,
+    max_triggers: Option<u64>,
+}
+
+impl Pipeline {
+    /// A pipeline from a parsed config, in the global session.
+    pub fn new(config: PipelineConfig) -> Self {
+        let hook = Hook {
+            command: config.training.as_ref().and_then(|t| t.command.clone()),
+            flight_addr: config.training.as_ref().and_then(|t| t.flight_addr.clone()),
+            ..Hook::default()
+        };
+        Self {
+            config,
+            yaml: None,
+            session: Session::global(),
+            hook,
+            scores: None,
+            on_completed: None,
+            max_triggers: None,
+        }
+    }
+
+    /// A pipeline from YAML text (kept in its state, shown by `pipeline show`).
+    pub fn from_yaml(text: &str) -> Result<Self> {
+        let mut p = Self::new(PipelineConfig::from_yaml(text, "config")?);
+        p.yaml = Some(text.to_string());
+        Ok(p)
+    }
+
+    /// A pipeline from a YAML file.
+    pub fn from_file(path: &std::path::Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| crate::error::Error::io(path.display(), e))?;
+        let mut p = Self::new(PipelineConfig::from_yaml(
+            &text,
+            &path.display().to_string(),
+        )?);
+        p.yaml = Some(text);
+        Ok(p)
+    }
+
+    pub fn config(&self) -> &PipelineConfig {
+        &self.config
+    }
+
+    /// Runs in `session` (its root holds the state and the datasets; its
+    /// stores and storage options read the data).
+    pub fn session(mut self, session: Arc<Session>) -> Self {
+        self.session = session;
+        self
+    }
+
+    /// A Rust training callback, run at each trigger whose set is not empty
+    /// (before the config's command, if any); an error stops the pipeline.
+    pub fn on_trigger(
+        mut self,
+        f: impl Fn(&TriggerRecord) -> Result<()> + Send + Sync + 'static,
+    ) -> Self {
+        self.hook.callback = Some(Arc::new(f));
+        self
+    }
+
+    /// Called with each trigger once it is finished (recorded done or skipped).
+    pub fn on_completed(mut self, f: impl Fn(&TriggerRecord) + Send + Sync + 'static) -> Self {
+        self.on_completed = Some(Arc::new(f));
+        self
+    }
+
+    /// The scoring function of the `coreset` strategy.
+    pub fn score_fn(mut self, f: Arc<dyn ScoreFn>) -> Self {
+        self.scores = Some(f);
+        self
+    }
+
+    /// The Flight address given to the training command (`UDFCHAIN_FLIGHT_ADDR`).
+    pub fn flight_addr(mut self, addr: impl Into<String>) -> Self {
+        self.hook.flight_addr = Some(addr.into());
+        self
+    }
+
+    /// Stops after `n` triggers finished by this run.
+    pub fn max_triggers(mut self, n: u64) -> Self {
+        self.max_triggers = Some(n);
+        self
+    }
+
+    fn open(&self) -> Result<Supervisor> {
+        let sup = Supervisor::open(
+            self.config.clone(),
+            Arc::clone(&self.session),
+            self.hook.clone(),
+            self.scores.clone(),
+            self.on_completed.clone(),
+        )?;
+        if let Some(y) = &self.yaml {
+            sup.remember_config(y)?;
+        }
+        Ok(sup)
+    }
+
+    /// Replays the samples with timestamps in `[from, to]` (inclusive, seconds
+    /// since the epoch; `None`: unbounded) and returns the triggers finished.
+    ///
+    /// # Cancel safety
+    /// Dropping the future loses nothing committed; a trigger being saved or
+    /// trained stays pending and is finished by the next run.
+    pub async fn replay(&self, from: Option<i64>, to: Option<i64>) -> Result<Vec<TriggerRecord>> {
+        self.replay_until(from, to, &StopHandle::new()).await
+    }
+
+    /// [`replay`](Self::replay) that also stops when `stop` is called.
+    pub async fn replay_until(
+        &self,
+        from: Option<i64>,
+        to: Option<i64>,
+        stop: &StopHandle,
+    ) -> Result<Vec<TriggerRecord>> {
+        let mut sup = self.open()?;
+        sup.replay(Range { from, to }, self.max_triggers, stop)
+            .await
+    }
+
+    /// Watches storage (every `data.poll_interval`, default 10 s) and runs the
+    /// same loop until `stop` is called (or `max_triggers`).
+    ///
+    /// # Cancel safety
+    /// As [`replay`](Self::replay).
+    pub async fn run_live(&self, stop: StopHandle) -> Result<Vec<TriggerRecord>> {
+        let mut sup = self.open()?;
+        sup.run_live(self.max_triggers, &stop).await
+    }
+}
