@@ -56,6 +56,9 @@ struct Cli {
     /// No progress display and no summary line.
     #[arg(long, short, global = true)]
     quiet: bool,
+    /// Run on the Ballista cluster whose scheduler is at df://HOST:PORT.
+    #[arg(long, value_name = "df://HOST:PORT", global = true)]
+    cluster: Option<String>,
     /// None: print the start guide.
     #[command(subcommand)]
     command: Option<Command>,
@@ -140,6 +143,16 @@ Examples:
     Datasets {
         #[command(subcommand)]
         command: DatasetsCommand,
+    },
+    /// Cluster processes (Apache Ballista): a scheduler and its executors.
+    #[command(after_help = "\
+Examples:
+  udfchain cluster scheduler --bind 127.0.0.1:50050
+  udfchain cluster executor --scheduler 127.0.0.1:50050 --slots 2
+  udfchain --cluster df://127.0.0.1:50050 run job.sql")]
+    Cluster {
+        #[command(subcommand)]
+        command: udfchain::cluster::cli::ClusterCommand,
     },
     /// The shared cache.
     #[command(after_help = "\
@@ -292,7 +305,10 @@ async fn run(cli: Cli) -> udfchain::Result<()> {
         })?;
         settings = settings.set(k.trim(), v)?;
     }
-    let session = Session::with_settings(settings.clone());
+    if let Some(url) = &cli.cluster {
+        settings = settings.set("cluster", url)?;
+    }
+    let session = udfchain::cluster::cli::session(settings.clone()).await?;
     let out = Printer { format: cli.format };
     let Some(command) = cli.command else {
         return Ok(()); // `main` printed the start guide
@@ -365,6 +381,7 @@ async fn run(cli: Cli) -> udfchain::Result<()> {
                 }
             }
         }
+        Command::Cluster { command } => udfchain::cluster::cli::run(command, &settings).await,
         Command::Cache { command } => {
             let cache = SharedCache::open(settings.cache_dir(), None)?;
             match command {
@@ -429,8 +446,10 @@ async fn run_script(
     out: &Printer,
     explain: bool,
 ) -> udfchain::Result<()> {
-    let runner = ScriptRunner::new(Arc::clone(session));
+    let mut runner = ScriptRunner::new(Arc::clone(session));
     for stmt in split(script)? {
+        let cluster_set = matches!(&stmt.kind, udfchain::script::Kind::Set { name, .. }
+            if name.eq_ignore_ascii_case("cluster"));
         let result = async {
             // `explain`: queries (and the query of a `CREATE DATASET`) are
             // explained, not run or saved; `SET` still applies.
@@ -454,6 +473,11 @@ async fn run_script(
         }
         .await;
         result.map_err(|e| locate(e, &stmt))?;
+        if cluster_set {
+            // The statements after `SET cluster = '...'` run there.
+            let session = udfchain::cluster::cli::session(runner.settings()).await;
+            runner = ScriptRunner::new(session.map_err(|e| locate(e, &stmt))?);
+        }
     }
     Ok(())
 }
