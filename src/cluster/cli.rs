@@ -72,8 +72,8 @@ pub async fn run(command: ClusterCommand, settings: &Settings) -> Result<()> {
 /// The session `settings` ask for: on the cluster of their `cluster`
 /// setting, else local.
 pub async fn session(settings: Settings) -> Result<Arc<Session>> {
-    match settings.get_cluster() {
-        Some(url) => Session::remote(&url.to_string(), settings).await,
+    match settings.get_cluster().map(str::to_string) {
+        Some(url) => Session::remote(&url, settings).await,
         None => Ok(Session::with_settings(settings)),
     }
 }

@@ -13,9 +13,10 @@
 //! and the executor. A scheduler (no registry) plans with placeholders that
 //! carry the signature and fail if ever run.
 //!
-//! Wire format of our nodes: the tag `udfchain/1:` + one byte naming the part
-//! + a JSON body (schemas inside it as Arrow IPC bytes). Any buffer without the
-//! tag is Ballista's, and any node that is not ours is encoded by Ballista.
+//! Wire format of our nodes: the tag `udfchain/1:`, one byte naming the
+//! part, then a JSON body (schemas inside it as Arrow IPC bytes). Any buffer
+//! without the tag is Ballista's, and any node that is not ours is encoded by
+//! Ballista.
 //!
 //! Storage options travel with the plan (executors open the stores with them),
 //! so a plan carries the credentials given as settings: keep the cluster on a
