@@ -451,3 +451,102 @@ async fn an_executor_killed_mid_query_ends_the_query_in_bounded_time_and_is_swep
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// Runs the `udfchain` binary with `args` (and `stdin`), at most 120 s.
+async fn cli(args: Vec<String>, stdin: Option<String>) -> std::process::Output {
+    let run = tokio::task::spawn_blocking(move || {
+        use std::io::Write;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_udfchain"))
+            .args(&args)
+            .env("CI", "1")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn udfchain");
+        if let Some(text) = stdin {
+            child
+                .stdin
+                .take()
+                .expect("stdin")
+                .write_all(text.as_bytes())
+                .expect("write stdin");
+        }
+        child.wait_with_output().expect("udfchain output")
+    });
+    tokio::time::timeout(Duration::from_secs(120), run)
+        .await
+        .expect("udfchain ends")
+        .expect("join")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_runs_queries_and_scripts_on_a_cluster_of_cli_processes() {
+    let dir = tempfile::tempdir().expect("dir");
+    let data = dir.path().join("data");
+    write_files(&data, 6, |i| 10 + i);
+    let root = dir.path().join("root");
+    let port = free_port();
+    let _scheduler = Child::scheduler(port);
+    let work = dir.path().join("exec");
+    let mut exec = Command::new(env!("CARGO_BIN_EXE_udfchain"));
+    exec.args(["cluster", "executor", "--slots", "2", "--scheduler"])
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--work-dir")
+        .arg(&work);
+    let _executor = Child::spawn(exec);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !work.exists() {
+        assert!(Instant::now() < deadline, "the executor did not start");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let url = format!("df://127.0.0.1:{port}");
+    let base = |extra: &[&str]| {
+        let mut a: Vec<String> = vec!["--root".into(), root.display().to_string()];
+        a.extend(["--format".into(), "csv".into()]);
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    };
+    let sql = format!(
+        "SELECT file.path AS path, sha256(file) AS h FROM read_storage('{}') ORDER BY path",
+        data.display()
+    );
+    let local = cli(base(&["query", &sql]), None).await;
+    let remote = cli(base(&["--cluster", &url, "query", &sql]), None).await;
+    assert!(
+        remote.status.success(),
+        "{}",
+        String::from_utf8_lossy(&remote.stderr)
+    );
+    let local = String::from_utf8_lossy(&local.stdout).to_string();
+    assert_eq!(local.lines().count(), 7, "{local}");
+    assert_eq!(String::from_utf8_lossy(&remote.stdout), local);
+
+    // A script switching to the cluster, saving a dataset there (committed here).
+    let script = format!(
+        "SET cluster = '{url}';\nSET workers = 2;\n\
+         CREATE DATASET hashes AS SELECT file.path AS path, sha256(file) AS h FROM read_storage('{}');\n\
+         SELECT count(*) AS n FROM read_dataset('hashes');",
+        data.display()
+    );
+    let out = cli(base(&["run", "-"]), Some(script)).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("saved dataset hashes version 1 (6 rows)"),
+        "{stderr}"
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "n\n6");
+
+    // A scheduler that is down: a one-line error, soon.
+    let started = Instant::now();
+    let down = format!("df://127.0.0.1:{}", free_port());
+    let out = cli(base(&["--cluster", &down, "query", "SELECT 1"]), None).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("cannot connect to the scheduler"),
+        "{stderr}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(30));
+}
