@@ -430,6 +430,11 @@ async fn an_executor_killed_mid_query_ends_the_query_in_bounded_time_and_is_swep
         "query ended {took:?} after the kill: {:?}",
         outcome.as_ref().map(|r| r.len())
     );
+    // EXECUTOR_TIMEOUT + EXPIRE_CHECK to notice, then the lost tasks again.
+    assert!(
+        took < Duration::from_secs(90),
+        "ended {took:?} after the kill"
+    );
     match outcome {
         Ok(rows) => {
             let local = slow_rows(&server.session()).await.expect("local");
