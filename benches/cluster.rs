@@ -8,6 +8,7 @@
 //! ```sh
 //! cargo bench --bench cluster              # full run
 //! cargo bench --bench cluster -- --quick   # scaled down
+//! cargo bench --bench cluster -- --quick --rounds 40   # less CPU per file
 //! ```
 //!
 //! Reported (a table on stdout and `<target>/bench/cluster.json`): files/s
@@ -37,14 +38,27 @@ use support::S3Server;
 
 /// Timed runs per configuration (after one warm-up run).
 const REPEATS: usize = 2;
-/// SHA-256 rounds over a file's bytes per call of `burn` (a few ms of CPU).
+/// SHA-256 rounds over a file's bytes per call of `burn` by default (a few
+/// ms of CPU in a release build); `--rounds N` sets it (passed on to the
+/// executors in `ROUNDS_ENV`).
 const BURN_ROUNDS: usize = 400;
+const ROUNDS_ENV: &str = "UDFCHAIN_CLUSTER_BENCH_ROUNDS";
+static ROUNDS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+
+fn rounds() -> usize {
+    *ROUNDS.get_or_init(|| {
+        std::env::var(ROUNDS_ENV)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(BURN_ROUNDS)
+    })
+}
 
 /// Workload C's UDF: SHA-256 of the bytes, `BURN_ROUNDS` times over.
 async fn burn(f: File) -> Result<u64, UdfError> {
     let bytes = f.read().await?;
     let mut digest = Sha256::digest(&bytes);
-    for _ in 1..BURN_ROUNDS {
+    for _ in 1..rounds() {
         let mut h = Sha256::new();
         h.update(digest);
         h.update(&bytes);
@@ -78,6 +92,10 @@ struct Record {
     speedup_vs_one: Option<f64>,
     cores: usize,
     latency_ms: u64,
+    /// SHA-256 rounds per file of workload C.
+    burn_rounds: usize,
+    /// `release` (cargo bench) or `dev` (an unoptimized build).
+    profile: &'static str,
     quick: bool,
 }
 
@@ -95,6 +113,7 @@ impl Drop for Children {
 fn spawn(args: &[String]) -> Child {
     Command::new(std::env::current_exe().expect("current exe"))
         .args(args)
+        .env(ROUNDS_ENV, rounds().to_string())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -216,6 +235,12 @@ async fn bench(quick: bool, out: &Path) {
                 speedup_vs_one: one.map(|o| o / secs),
                 cores,
                 latency_ms: w.latency_ms,
+                burn_rounds: rounds(),
+                profile: if cfg!(debug_assertions) {
+                    "dev"
+                } else {
+                    "release"
+                },
                 quick,
             });
         };
@@ -236,8 +261,15 @@ async fn bench(quick: bool, out: &Path) {
         }
     }
     println!(
-        "\ncluster benchmark ({}; {cores} cores shared by the client, scheduler and executors)",
-        if quick { "--quick" } else { "full" }
+        "\ncluster benchmark ({}, {} build, {} SHA-256 rounds per file in C; {cores} cores \
+         shared by the client, the scheduler, the executors and the rest of the machine)",
+        if quick { "--quick" } else { "full" },
+        if cfg!(debug_assertions) {
+            "dev"
+        } else {
+            "release"
+        },
+        rounds()
     );
     println!(
         "{:<9} {:<14} {:>6} {:>9} {:>9} {:>10} {:>11}",
@@ -290,6 +322,14 @@ fn main() {
         }
         _ => {
             let quick = args.iter().any(|a| a == "--quick");
+            if let Some(n) = args
+                .iter()
+                .position(|a| a == "--rounds")
+                .and_then(|i| args.get(i + 1))
+                .and_then(|n| n.parse().ok())
+            {
+                let _ = ROUNDS.set(n);
+            }
             let target = std::env::var_os("CARGO_TARGET_DIR")
                 .map(PathBuf::from)
                 .unwrap_or_else(|| PathBuf::from("target"));

@@ -93,8 +93,10 @@ pub(crate) async fn reachable(url: &str, addr: &str, timeout: Duration) -> Resul
 }
 
 /// The state a scheduler plans jobs with: Ballista's defaults for `config`,
-/// udfchain's query planner and [`Spread`].
+/// udfchain's query planner and [`Spread`] (with Ballista's static planner:
+/// its adaptive planner replaces the session's physical optimizer rules).
 pub(crate) fn planning_state(config: SessionConfig) -> DfResult<SessionState> {
+    let config = static_planner(config);
     let state = ballista_core::utils::default_session_builder(config)?;
     Ok(SessionStateBuilder::new_from_existing(state)
         .with_query_planner(Arc::new(UdfQueryPlanner))
@@ -168,9 +170,20 @@ impl Session {
     }
 }
 
+/// `config` with Ballista's adaptive planner off, so that the session's
+/// physical optimizer rules ([`Spread`]) apply.
+fn static_planner(mut config: SessionConfig) -> SessionConfig {
+    // An error means the config has no Ballista options: nothing to turn off.
+    let _ = config.options_mut().set(
+        ballista_core::config::BALLISTA_ADAPTIVE_PLANNER_ENABLED,
+        "false",
+    );
+    config
+}
+
 /// The session config of a cluster client: `workers` partitions, our codecs.
 fn cluster_config(settings: &Settings) -> SessionConfig {
-    SessionConfig::new_with_ballista()
+    static_planner(SessionConfig::new_with_ballista())
         .with_information_schema(true)
         .with_target_partitions(settings.get_workers())
         .with_ballista_logical_extension_codec(Arc::new(LogicalCodec::new()))

@@ -367,6 +367,23 @@ async fn a_scheduler_and_two_executor_processes_give_the_local_rows() {
     for kind in ["map", "gen", "batch_map", "agg"] {
         assert_eq!(remote[kind], local[kind], "{kind}: cluster rows differ");
     }
+    // workers = 2 spread a UDF's partitions over both executors: some job
+    // wrote shuffle output (Arrow files under `<work dir>/<job id>/`) on each.
+    let jobs = |w: &PathBuf| -> std::collections::BTreeSet<std::ffi::OsString> {
+        std::fs::read_dir(w)
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| arrow_files(&e.path()) > 0)
+                    .map(|e| e.file_name())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let (a, b) = (jobs(&cluster.work_dirs[0]), jobs(&cluster.work_dirs[1]));
+    assert!(
+        a.intersection(&b).next().is_some(),
+        "no job ran on both: {a:?} {b:?}"
+    );
 }
 
 /// `slow` over `s3://bucket/data/` in `session`, as sorted (path, length).
@@ -455,6 +472,24 @@ async fn an_executor_killed_mid_query_ends_the_query_in_bounded_time_and_is_swep
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// The Arrow files below `dir` (an executor's shuffle output).
+fn arrow_files(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| {
+            let p = e.path();
+            if p.is_dir() {
+                arrow_files(&p)
+            } else {
+                usize::from(p.extension().is_some_and(|x| x == "arrow"))
+            }
+        })
+        .sum()
 }
 
 /// Runs the `udfchain` binary with `args` (and `stdin`), at most 120 s.
