@@ -554,3 +554,76 @@ impl PhysicalExtensionCodec for PhysicalCodec {
         self.inner.try_encode_udf(node, buf)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_travel_resolved_and_root_is_the_nodes_own() {
+        let s = Settings::new()
+            .prefetch_auto()
+            .cache(true)
+            .cache_limit(1 << 20)
+            .parallel(3)
+            .workers(5)
+            .batch_size(7)
+            .ordered(false)
+            .max_connections(9)
+            .on_error(OnError::Skip)
+            .root("/client/root")
+            .memory_file_limit(11)
+            .storage_option("region", "eu-west-1");
+        let json = serde_json::to_vec(&WireSettings::new(&s)).expect("encode");
+        let wire: WireSettings = serde_json::from_slice(&json).expect("decode");
+        let back = wire.settings(None).expect("settings");
+        assert_eq!(back.get_prefetch(), Prefetch::Auto);
+        assert!(back.get_cache());
+        assert_eq!(back.get_cache_limit(), Some(1 << 20));
+        assert_eq!(
+            (
+                back.get_parallel(),
+                back.get_workers(),
+                back.get_batch_size()
+            ),
+            (3, 5, 7)
+        );
+        assert!(!back.get_ordered());
+        assert_eq!(back.get_max_connections(), 9);
+        assert_eq!(back.get_on_error(), OnError::Skip);
+        assert_eq!(back.get_memory_file_limit(), 11);
+        assert_eq!(back.get_root(), PathBuf::from("/client/root"));
+        assert_eq!(back.get_storage_options()["region"], "eu-west-1");
+        let node = PathBuf::from("/exec/udfchain");
+        assert_eq!(wire.settings(Some(&node)).expect("s").get_root(), node);
+    }
+
+    #[test]
+    fn a_signature_travels_with_its_types() {
+        let sig = Signature {
+            name: "meta".into(),
+            params: vec!["file".into()],
+            input: Some(udfchain_udfs::File::data_type()),
+            output: Field::new(
+                "meta",
+                datafusion::arrow::datatypes::DataType::Struct(
+                    vec![Field::new(
+                        "len",
+                        datafusion::arrow::datatypes::DataType::UInt64,
+                        false,
+                    )]
+                    .into(),
+                ),
+                true,
+            ),
+        };
+        let kind = placeholder("map", &sig, &[]).expect("placeholder");
+        let wire = WireUdf::new(&kind, &Settings::new()).expect("wire");
+        let back = wire.signature().expect("signature");
+        assert_eq!(back.name, "meta");
+        assert_eq!(back.params, sig.params);
+        assert_eq!(back.input, sig.input);
+        assert_eq!(back.output, sig.output);
+        assert!(ours(b"udfchain/1:Ex").is_some() && ours(b"\x0a\x02ballista").is_none());
+    }
+}

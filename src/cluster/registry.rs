@@ -374,3 +374,66 @@ impl Aggregator for Placeholder {
         Err(self.fail())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::datatypes::{DataType, Field};
+
+    async fn double(x: u64) -> Result<u64, std::io::Error> {
+        Ok(x * 2)
+    }
+
+    fn sig(name: &str, output: DataType) -> Signature {
+        Signature {
+            name: name.into(),
+            params: vec!["x".into()],
+            input: Some(DataType::UInt64),
+            output: Field::new("y", output, true),
+        }
+    }
+
+    #[test]
+    fn a_registered_function_is_rebuilt_for_the_plan_under_its_name() {
+        let r = UdfRegistry::new().register_map("double", double);
+        let udf = r
+            .resolve("map", &sig("double", DataType::UInt64), &[], "exec 1")
+            .expect("resolve");
+        let s = udf.signature();
+        assert_eq!((s.name.as_str(), s.output.name().as_str()), ("double", "y"));
+        assert_eq!(s.params, vec!["x".to_string()]);
+        assert_eq!(udf.kind_name(), "map");
+    }
+
+    #[test]
+    fn an_unknown_name_a_wrong_kind_or_type_names_the_udf_and_the_node() {
+        let r = UdfRegistry::new().register_map("double", double);
+        let err = |kind: &str, s: Signature| {
+            r.resolve(kind, &s, &[], "executor e1 at 10.0.0.1:50051")
+                .expect_err("refused")
+                .to_string()
+        };
+        let unknown = err("map", sig("triple", DataType::UInt64));
+        assert_eq!(
+            unknown,
+            "UDF triple is not available on executor e1 at 10.0.0.1:50051: registered there: double"
+        );
+        let kind = err("gen", sig("double", DataType::UInt64));
+        assert!(kind.contains("registered there as a map UDF"), "{kind}");
+        let typed = err("map", sig("double", DataType::Utf8));
+        assert!(typed.contains("output type there is UInt64"), "{typed}");
+        let empty = UdfRegistry::new()
+            .resolve("map", &sig("x", DataType::UInt64), &[], "n")
+            .expect_err("empty")
+            .to_string();
+        assert!(empty.ends_with("no UDF is registered there"), "{empty}");
+    }
+
+    #[test]
+    fn the_builtins_include_the_script_udfs_and_the_tar_generators() {
+        let r = UdfRegistry::with_builtins();
+        for name in ["sha256", "file_size", "line_count", "tar_members"] {
+            assert!(r.contains(name), "{name}");
+        }
+    }
+}
