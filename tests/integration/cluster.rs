@@ -77,9 +77,15 @@ async fn slow(f: File) -> Result<u64, UdfError> {
     Ok(n)
 }
 
+/// gen over values: 0..n.
+fn upto(n: u64) -> BoxStream<'static, Result<u64, UdfError>> {
+    stream::iter((0..n).map(Ok)).boxed()
+}
+
 /// The UDFs of these tests, as executors register them.
 fn registry() -> UdfRegistry {
     UdfRegistry::new()
+        .register_gen("upto", upto)
         .register_map("meta", meta)
         .register_map("slow", slow)
         .register_gen("pieces", pieces)
@@ -162,6 +168,37 @@ async fn every_udf_kind_with_prefetch_gives_the_local_rows_in_process() {
     for kind in ["map", "gen", "batch_map", "agg"] {
         assert_eq!(remote[kind], local[kind], "{kind}: cluster rows differ");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_memory_values_travel_to_the_cluster() {
+    #[derive(Serialize, Deserialize)]
+    struct N {
+        n: u64,
+    }
+    let values = [N { n: 3 }, N { n: 0 }, N { n: 1000 }, N { n: 2 }];
+    let cluster = Session::standalone(Settings::new().workers(2), registry(), 2)
+        .await
+        .expect("standalone cluster");
+    let run = |session: Arc<Session>| {
+        Chain::from_values_in(session, &values)
+            .settings(Settings::new().batch_size(64))
+            .gen_on(&["n"], "i", upto)
+            .group_by(
+                [col("n")],
+                [datafusion::functions_aggregate::expr_fn::sum(col("i"))],
+            )
+            .order_by([col("n").sort(true, false)])
+    };
+    let text = |b: Vec<datafusion::arrow::array::RecordBatch>| {
+        datafusion::arrow::util::pretty::pretty_format_batches(&b)
+            .expect("format")
+            .to_string()
+    };
+    let remote = text(run(cluster).collect().await.expect("cluster"));
+    let local = text(run(Session::new()).collect().await.expect("local"));
+    assert_eq!(remote, local);
+    assert!(local.contains("499500"), "{local}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
