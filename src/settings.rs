@@ -147,7 +147,8 @@ impl Settings {
         self
     }
 
-    /// Distributed workers (accepted for DataChain compatibility; runs are local).
+    /// Partitions each map, gen and batch_map UDF is spread over on a cluster
+    /// (`cluster`, see `udfchain::cluster`; default 1); no effect locally.
     pub fn workers(mut self, n: usize) -> Self {
         self.workers = Some(n);
         self
