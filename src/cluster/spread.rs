@@ -8,21 +8,64 @@
 //! UDF when it prefetches nothing), which Ballista turns into a stage boundary:
 //! each of the N partitions is a task of its own, with its own prefetch window.
 //! Aggregates are left alone: they need all rows of a key in one partition,
-//! sorted. Output order across partitions is not kept (`order_by` to sort).
+//! sorted. Operators above that need one partition (a sort, a single-mode
+//! aggregate, a global limit) get the partitions merged again. Output order
+//! across partitions is not kept (`order_by` to sort). Not handled: an
+//! operator above requiring hash partitioning (a partitioned join) of the
+//! spread rows.
 
 use std::sync::Arc;
 
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::error::Result as DfResult;
+use datafusion::physical_expr::Distribution;
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::execution_plan::replace_children_if_necessary;
 use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties, Partitioning};
 use udfchain_udfs::File;
 
 use crate::plan::{UdfKind, udf_exec_parts};
+
+/// `node` with its children merged into one partition where it requires one
+/// (a `SortExec` that does not keep partitions, a single-mode aggregate, a
+/// global limit...): above a spread UDF, what was planned over one partition
+/// now gets several. Plans the rule did not change never need this.
+fn single_where_required(
+    node: Arc<dyn ExecutionPlan>,
+) -> DfResult<Transformed<Arc<dyn ExecutionPlan>>> {
+    let required = node.required_input_distribution();
+    let children: Vec<Arc<dyn ExecutionPlan>> =
+        node.children().into_iter().map(Arc::clone).collect();
+    let mut changed = false;
+    let merged: Vec<Arc<dyn ExecutionPlan>> = children
+        .into_iter()
+        .zip(
+            required
+                .iter()
+                .chain(std::iter::repeat(&Distribution::UnspecifiedDistribution)),
+        )
+        .map(|(child, req)| {
+            if matches!(req, Distribution::SinglePartition)
+                && child.output_partitioning().partition_count() > 1
+            {
+                changed = true;
+                Arc::new(CoalescePartitionsExec::new(child)) as Arc<dyn ExecutionPlan>
+            } else {
+                child
+            }
+        })
+        .collect();
+    if !changed {
+        return Ok(Transformed::no(node));
+    }
+    Ok(Transformed::yes(replace_children_if_necessary(
+        node, merged,
+    )?))
+}
 
 /// The physical optimizer rule of cluster sessions (see the module header).
 #[derive(Debug, Default)]
@@ -36,7 +79,7 @@ impl PhysicalOptimizerRule for Spread {
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         plan.transform_up(|node| {
             let Some(parts) = udf_exec_parts(node.as_ref()) else {
-                return Ok(Transformed::no(node));
+                return single_where_required(node);
             };
             let workers = parts.settings.get_workers();
             if workers <= 1 || matches!(parts.kind, UdfKind::Agg { .. }) {

@@ -82,9 +82,19 @@ fn upto(n: u64) -> BoxStream<'static, Result<u64, UdfError>> {
     stream::iter((0..n).map(Ok)).boxed()
 }
 
+/// map: the length, failing on files of odd length.
+async fn picky(f: File) -> Result<u64, UdfError> {
+    let n = f.read().await?.len() as u64;
+    if n % 2 == 1 {
+        return Err(UdfError::Contract(format!("odd length {n}")));
+    }
+    Ok(n)
+}
+
 /// The UDFs of these tests, as executors register them.
 fn registry() -> UdfRegistry {
     UdfRegistry::new()
+        .register_map("picky", picky)
         .register_gen("upto", upto)
         .register_map("meta", meta)
         .register_map("slow", slow)
@@ -167,6 +177,47 @@ async fn every_udf_kind_with_prefetch_gives_the_local_rows_in_process() {
         .expect("the cluster runs finish");
     for kind in ["map", "gen", "batch_map", "agg"] {
         assert_eq!(remote[kind], local[kind], "{kind}: cluster rows differ");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_error_travels_with_the_udf() {
+    let server = server_with_files(12);
+    let cluster = Session::standalone(server.settings().workers(2), registry(), 2)
+        .await
+        .expect("standalone cluster");
+    let run = |session: &Arc<Session>, on_error: udfchain::OnError| {
+        session
+            .from_storage("s3://bucket/data/")
+            .settings(Settings::new().on_error(on_error).prefetch(2))
+            .map("n", picky)
+            .select([col("file.path").alias("path"), col("n")])
+            .order_by([col("path").sort(true, false)])
+    };
+    let text = |b: Vec<datafusion::arrow::array::RecordBatch>| {
+        datafusion::arrow::util::pretty::pretty_format_batches(&b)
+            .expect("format")
+            .to_string()
+    };
+    for on_error in [udfchain::OnError::Skip, udfchain::OnError::Null] {
+        let local = text(
+            run(&server.session(), on_error)
+                .collect()
+                .await
+                .expect("local"),
+        );
+        let remote = text(run(&cluster, on_error).collect().await.expect("cluster"));
+        assert_eq!(remote, local, "{on_error:?}");
+    }
+    let err = run(&cluster, udfchain::OnError::Fail)
+        .collect()
+        .await
+        .expect_err("fail");
+    // Ballista passes a task's error on as text (its `Debug` form): the UDF,
+    // the file, the row and the cause are all in it.
+    let text = err.to_string();
+    for part in ["picky", "s3://bucket/data/", "row", "odd length"] {
+        assert!(text.contains(part), "{part}: {text}");
     }
 }
 
