@@ -37,7 +37,7 @@ use crate::plan::{UdfKind, udf_exec_parts};
 fn single_where_required(
     node: Arc<dyn ExecutionPlan>,
 ) -> DfResult<Transformed<Arc<dyn ExecutionPlan>>> {
-    let required = node.required_input_distribution();
+    let required = node.input_distribution_requirements().into_per_child();
     let children: Vec<Arc<dyn ExecutionPlan>> =
         node.children().into_iter().map(Arc::clone).collect();
     let mut changed = false;
