@@ -99,6 +99,20 @@ pub enum Error {
         source: Option<Source>,
     },
 
+    /// A cluster plan names a UDF that a node (an executor) cannot run: it is
+    /// not registered there, or as another kind.
+    #[error("UDF {udf} is not available on {node}: {reason}")]
+    UnknownUdf {
+        udf: String,
+        node: String,
+        reason: String,
+    },
+
+    /// A cluster (a Ballista scheduler or executor) that cannot be reached,
+    /// did not start, or failed a job.
+    #[error("cluster {url}: {reason}")]
+    Cluster { url: String, reason: String },
+
     /// Any other error from the DataFusion engine.
     #[error(transparent)]
     DataFusion(Arc<DataFusionError>),

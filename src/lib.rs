@@ -25,6 +25,7 @@
 
 pub mod cache;
 pub mod chain;
+pub mod cluster;
 pub mod dataset;
 pub mod error;
 pub mod pipeline;

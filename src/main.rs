@@ -56,6 +56,9 @@ struct Cli {
     /// No progress display and no summary line.
     #[arg(long, short, global = true)]
     quiet: bool,
+    /// Run on the Ballista cluster whose scheduler is at df://HOST:PORT.
+    #[arg(long, value_name = "df://HOST:PORT", global = true)]
+    cluster: Option<String>,
     /// None: print the start guide.
     #[command(subcommand)]
     command: Option<Command>,
@@ -146,6 +149,16 @@ Examples:
     Pipeline {
         #[command(subcommand)]
         command: udfchain::pipeline::cli::PipelineCommand,
+    },
+    /// Cluster processes (Apache Ballista): a scheduler and its executors.
+    #[command(after_help = "\
+Examples:
+  udfchain cluster scheduler --bind 127.0.0.1:50050
+  udfchain cluster executor --scheduler 127.0.0.1:50050 --slots 2
+  udfchain --cluster df://127.0.0.1:50050 run job.sql")]
+    Cluster {
+        #[command(subcommand)]
+        command: udfchain::cluster::cli::ClusterCommand,
     },
     /// The shared cache.
     #[command(after_help = "\
@@ -298,7 +311,10 @@ async fn run(cli: Cli) -> udfchain::Result<()> {
         })?;
         settings = settings.set(k.trim(), v)?;
     }
-    let session = Session::with_settings(settings.clone());
+    if let Some(url) = &cli.cluster {
+        settings = settings.set("cluster", url)?;
+    }
+    let session = udfchain::cluster::cli::session(settings.clone()).await?;
     let out = Printer { format: cli.format };
     let Some(command) = cli.command else {
         return Ok(()); // `main` printed the start guide
@@ -375,6 +391,7 @@ async fn run(cli: Cli) -> udfchain::Result<()> {
             udfchain::pipeline::cli::run(command, &session, matches!(out.format, Format::Json))
                 .await
         }
+        Command::Cluster { command } => udfchain::cluster::cli::run(command, &settings).await,
         Command::Cache { command } => {
             let cache = SharedCache::open(settings.cache_dir(), None)?;
             match command {
@@ -439,8 +456,10 @@ async fn run_script(
     out: &Printer,
     explain: bool,
 ) -> udfchain::Result<()> {
-    let runner = ScriptRunner::new(Arc::clone(session));
+    let mut runner = ScriptRunner::new(Arc::clone(session));
     for stmt in split(script)? {
+        let cluster_set = matches!(&stmt.kind, udfchain::script::Kind::Set { name, .. }
+            if name.eq_ignore_ascii_case("cluster"));
         let result = async {
             // `explain`: queries (and the query of a `CREATE DATASET`) are
             // explained, not run or saved; `SET` still applies.
@@ -464,6 +483,11 @@ async fn run_script(
         }
         .await;
         result.map_err(|e| locate(e, &stmt))?;
+        if cluster_set {
+            // The statements after `SET cluster = '...'` run there.
+            let session = udfchain::cluster::cli::session(runner.settings()).await;
+            runner = ScriptRunner::new(session.map_err(|e| locate(e, &stmt))?);
+        }
     }
     Ok(())
 }

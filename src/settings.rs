@@ -73,6 +73,7 @@ pub struct Settings {
     memory_limit: Option<usize>,
     memory_file_limit: Option<u64>,
     progress: Option<bool>,
+    cluster: Option<String>,
     storage_options: BTreeMap<String, String>,
 }
 
@@ -104,6 +105,7 @@ impl std::fmt::Debug for Settings {
             .field("memory_limit", &self.memory_limit)
             .field("memory_file_limit", &self.memory_file_limit)
             .field("progress", &self.progress)
+            .field("cluster", &self.cluster)
             .field("storage_options", &options)
             .finish()
     }
@@ -145,7 +147,8 @@ impl Settings {
         self
     }
 
-    /// Distributed workers (accepted for DataChain compatibility; runs are local).
+    /// Partitions each map, gen and batch_map UDF is spread over on a cluster
+    /// (`cluster`, see `udfchain::cluster`; default 1); no effect locally.
     pub fn workers(mut self, n: usize) -> Self {
         self.workers = Some(n);
         self
@@ -231,6 +234,7 @@ impl Settings {
         "memory_limit",
         "memory_file_limit",
         "progress",
+        "cluster",
     ];
 
     /// Sets a setting by name from text, as `SET name = value` in scripts and
@@ -304,6 +308,16 @@ impl Settings {
             ),
             "memory_file_limit" => self.memory_file_limit(size(0)?),
             "progress" => self.progress(boolean()?),
+            "cluster" if v.is_empty() || v.eq_ignore_ascii_case("local") => Self {
+                cluster: Some(String::new()),
+                ..self
+            },
+            "cluster" => match v.strip_prefix("df://").and_then(|r| r.rsplit_once(':')) {
+                Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {
+                    self.cluster(v)
+                }
+                _ => return Err(bad("df://HOST:PORT, or local")),
+            },
             "root" if v.is_empty() => return Err(bad("a directory")),
             "root" => self.root(value),
             "on_error" => self.on_error(match v.to_ascii_lowercase().as_str() {
@@ -340,6 +354,18 @@ impl Settings {
         self.progress.unwrap_or(false)
     }
 
+    /// Run on the Ballista cluster whose scheduler is at `url`
+    /// (`df://host:port`); see `udfchain::cluster`.
+    pub fn cluster(mut self, url: &str) -> Self {
+        self.cluster = Some(url.to_string());
+        self
+    }
+
+    /// The scheduler chains run on (`None`: locally, the default).
+    pub fn get_cluster(&self) -> Option<&str> {
+        self.cluster.as_deref().filter(|c| !c.is_empty())
+    }
+
     /// `other`'s set fields override `self`'s.
     pub fn merge(mut self, other: &Settings) -> Self {
         macro_rules! take {
@@ -358,7 +384,8 @@ impl Settings {
             root,
             memory_limit,
             memory_file_limit,
-            progress
+            progress,
+            cluster
         );
         self.storage_options.extend(
             other

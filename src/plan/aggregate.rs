@@ -60,6 +60,14 @@ impl AggregateExec {
         }
     }
 
+    pub(crate) fn keys(&self) -> &[(usize, String)] {
+        &self.keys
+    }
+
+    pub(crate) fn op(&self) -> &UdfOperator<dyn Aggregator> {
+        &self.op
+    }
+
     pub(crate) fn call(&self) -> &UdfCall {
         &self.op.call
     }

@@ -45,6 +45,10 @@ impl BatchMapExec {
         }
     }
 
+    pub(crate) fn op(&self) -> &UdfOperator<dyn BatchMapper> {
+        &self.op
+    }
+
     pub(crate) fn call(&self) -> &UdfCall {
         &self.op.call
     }

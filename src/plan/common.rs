@@ -49,7 +49,7 @@ use crate::cache::StoreSource;
 use crate::cache::{SharedCache, TempCache};
 use crate::error::Error;
 use crate::runtime::spawn_udf;
-use crate::settings::OnError;
+use crate::settings::{OnError, Settings};
 
 /// One UDF as its operator runs it.
 #[derive(Debug)]
@@ -72,6 +72,8 @@ pub struct UdfCall {
     cache: Option<(std::path::PathBuf, Option<u64>, bool)>,
     slots: Arc<Semaphore>,
     skipped: SkipList,
+    /// The settings the operator was planned with (what a codec sends).
+    pub settings: Settings,
 }
 
 /// A call that failed, with the row (within the call's input batch) when known.
@@ -118,6 +120,7 @@ impl UdfCall {
             cache: None,
             slots: Arc::new(Semaphore::new(parallel.max(1))),
             skipped: SkipList::default(),
+            settings: Settings::new(),
         }
     }
 
@@ -125,6 +128,12 @@ impl UdfCall {
     /// `dir` when it holds them, and with `fill` (`cache = true`) go through it.
     pub fn with_cache(mut self, dir: std::path::PathBuf, limit: Option<u64>, fill: bool) -> Self {
         self.cache = Some((dir, limit, fill));
+        self
+    }
+
+    /// The settings the operator was planned with.
+    pub fn with_settings(mut self, settings: Settings) -> Self {
+        self.settings = settings;
         self
     }
 

@@ -57,6 +57,10 @@ impl GenerateExec {
         }
     }
 
+    pub(crate) fn op(&self) -> &UdfOperator<dyn Generator> {
+        &self.op
+    }
+
     pub(crate) fn call(&self) -> &UdfCall {
         &self.op.call
     }

@@ -47,6 +47,10 @@ impl MapExec {
         }
     }
 
+    pub(crate) fn op(&self) -> &UdfOperator<dyn Mapper> {
+        &self.op
+    }
+
     pub(crate) fn call(&self) -> &UdfCall {
         &self.op.call
     }

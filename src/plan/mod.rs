@@ -19,6 +19,8 @@ pub use batch_map::BatchMapExec;
 pub use generate::GenerateExec;
 pub use map::MapExec;
 pub use node::{UdfKind, UdfNode};
-pub use planner::{UdfPlanner, UdfQueryPlanner};
-pub use prefetch::{PrefetchExec, PrefetchHandle};
+pub use planner::{
+    UdfExecParts, UdfPlanner, UdfQueryPlanner, prefetch_options, udf_exec, udf_exec_parts,
+};
+pub use prefetch::{PrefetchExec, PrefetchHandle, PrefetchOptions};
 pub use report::{OperatorReport, RunReport};

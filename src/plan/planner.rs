@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::Session;
 use datafusion::error::Result as DfResult;
 use datafusion::execution::context::QueryPlanner;
@@ -16,13 +17,13 @@ use udfchain_udfs::File;
 
 use super::aggregate::AggregateExec;
 use super::batch_map::BatchMapExec;
-use super::common::UdfCall;
+use super::common::{UdfCall, UdfOperator};
 use super::generate::GenerateExec;
 use super::map::MapExec;
 use super::node::{UdfKind, UdfNode};
 use super::prefetch::{PrefetchExec, PrefetchOptions};
 use crate::error::Error;
-use crate::settings::Prefetch;
+use crate::settings::{Prefetch, Settings};
 
 /// The session's query planner: DataFusion's, plus [`UdfPlanner`].
 #[derive(Debug)]
@@ -62,111 +63,192 @@ impl ExtensionPlanner for UdfPlanner {
         let [input] = physical_inputs else {
             return Err(Error::plan("a UDF takes one input").into_df());
         };
-        let input = Arc::clone(input);
-        let in_schema = input.schema();
-        let sig = node.kind.signature();
-        let index = |name: &str| {
-            in_schema.index_of(name).map_err(|_| {
-                Error::plan(format!("UDF {}: no input column {name:?}", sig.name)).into_df()
-            })
-        };
-        let mut params = Vec::with_capacity(sig.params.len());
-        for p in &sig.params {
-            params.push((index(p)?, p.clone()));
-        }
-        // Name the file of a failing row: File params first, then any File column.
-        let mut file_cols: Vec<usize> = params
-            .iter()
-            .map(|(i, _)| *i)
-            .filter(|&i| File::is_file_type(in_schema.field(i).data_type()))
-            .collect();
-        let file_params = file_cols.clone();
-        let others: Vec<usize> = (0..in_schema.fields().len())
-            .filter(|i| {
-                !file_cols.contains(i) && File::is_file_type(in_schema.field(*i).data_type())
-            })
-            .collect();
-        file_cols.extend(others);
-        let s = &node.settings;
-        let call = Arc::new(
-            UdfCall::new(
-                sig.name.clone(),
-                node.kind.kind_name(),
-                params,
-                file_cols,
-                file_params.clone(),
-                s.get_parallel(),
-                s.get_batch_size(),
-                s.get_on_error(),
-                s.get_storage_options().clone(),
-            )
-            .with_cache(s.cache_dir(), s.get_cache_limit(), s.get_cache())
-            .with_ordered(s.get_ordered()),
-        );
         let schema = Arc::new(node.schema().as_arrow().clone());
-        let mut keys = Vec::new();
-        if let UdfKind::Agg { partition_by, .. } = &node.kind {
-            for k in partition_by {
-                keys.push((index(k)?, k.clone()));
-            }
-        }
+        let s = &node.settings;
+        let file_params = file_params(&node.kind, &input.schema());
         let prefetch_on = !file_params.is_empty() && s.get_prefetch() != Prefetch::Fixed(0);
+        let input = Arc::clone(input);
         let input = if prefetch_on {
             // An aggregate needs its input sorted by key; sort before prefetching so
             // the window, not the whole input, is what waits on disk.
+            let keys = key_columns(&node.kind, &input.schema())?;
+            let ordered = s.get_ordered() || !keys.is_empty();
             let input = if keys.is_empty() {
                 input
             } else {
                 sort_by_keys(input, &keys)?
             };
-            let options = PrefetchOptions {
-                prefetch: s.get_prefetch(),
-                ordered: s.get_ordered() || !keys.is_empty(),
-                max_connections: s.get_max_connections(),
-                on_error: s.get_on_error(),
-                root: s.get_root(),
-                cache: s.get_cache(),
-                cache_limit: s.get_cache_limit(),
-                memory_file_limit: s.get_memory_file_limit(),
-                storage_options: s.get_storage_options().clone(),
-            };
-            Arc::new(PrefetchExec::new(input, file_params, options)) as Arc<dyn ExecutionPlan>
+            Arc::new(PrefetchExec::new(
+                input,
+                file_params,
+                prefetch_options(s, ordered),
+            )) as Arc<dyn ExecutionPlan>
         } else {
             input
         };
-        let exec: Arc<dyn ExecutionPlan> = match &node.kind {
-            UdfKind::Map(udf) => Arc::new(MapExec::new(
-                input,
-                Arc::clone(udf),
-                call,
-                prefetch_on,
-                schema,
-            )),
-            UdfKind::Gen(udf) => Arc::new(GenerateExec::new(
-                input,
-                Arc::clone(udf),
-                call,
-                prefetch_on,
-                schema,
-            )),
-            UdfKind::BatchMap(udf) => Arc::new(BatchMapExec::new(
-                input,
-                Arc::clone(udf),
-                call,
-                prefetch_on,
-                schema,
-            )),
-            UdfKind::Agg { udf, .. } => Arc::new(AggregateExec::new(
+        udf_exec(&node.kind, s, input, prefetch_on, schema).map(Some)
+    }
+}
+
+/// The `PrefetchExec` options `settings` ask for.
+pub fn prefetch_options(s: &Settings, ordered: bool) -> PrefetchOptions {
+    PrefetchOptions {
+        prefetch: s.get_prefetch(),
+        ordered,
+        max_connections: s.get_max_connections(),
+        on_error: s.get_on_error(),
+        root: s.get_root(),
+        cache: s.get_cache(),
+        cache_limit: s.get_cache_limit(),
+        memory_file_limit: s.get_memory_file_limit(),
+        storage_options: s.get_storage_options().clone(),
+    }
+}
+
+/// Indices of the params holding `File`s in `in_schema`.
+fn file_params(kind: &UdfKind, in_schema: &SchemaRef) -> Vec<usize> {
+    kind.signature()
+        .params
+        .iter()
+        .filter_map(|p| in_schema.index_of(p).ok())
+        .filter(|&i| File::is_file_type(in_schema.field(i).data_type()))
+        .collect()
+}
+
+fn column_index(udf: &str, in_schema: &SchemaRef, name: &str) -> DfResult<usize> {
+    in_schema
+        .index_of(name)
+        .map_err(|_| Error::plan(format!("UDF {udf}: no input column {name:?}")).into_df())
+}
+
+/// The partition keys of an aggregate (none for other kinds).
+fn key_columns(kind: &UdfKind, in_schema: &SchemaRef) -> DfResult<Vec<(usize, String)>> {
+    let mut keys = Vec::new();
+    if let UdfKind::Agg { partition_by, .. } = kind {
+        for k in partition_by {
+            keys.push((
+                column_index(&kind.signature().name, in_schema, k)?,
+                k.clone(),
+            ));
+        }
+    }
+    Ok(keys)
+}
+
+/// The operator of `kind` over `input` (its `PrefetchExec` when `prefetched`),
+/// configured by `settings`, producing `schema`. The planner and the cluster's
+/// codec (which rebuilds operators from a UDF, its settings and its decoded
+/// input) build operators only through this.
+pub fn udf_exec(
+    kind: &UdfKind,
+    s: &Settings,
+    input: Arc<dyn ExecutionPlan>,
+    prefetched: bool,
+    schema: SchemaRef,
+) -> DfResult<Arc<dyn ExecutionPlan>> {
+    let in_schema = input.schema();
+    let sig = kind.signature();
+    let mut params = Vec::with_capacity(sig.params.len());
+    for p in &sig.params {
+        params.push((column_index(&sig.name, &in_schema, p)?, p.clone()));
+    }
+    // Name the file of a failing row: File params first, then any File column.
+    let mut file_cols = file_params(kind, &in_schema);
+    let file_params = file_cols.clone();
+    let others: Vec<usize> = (0..in_schema.fields().len())
+        .filter(|i| !file_cols.contains(i) && File::is_file_type(in_schema.field(*i).data_type()))
+        .collect();
+    file_cols.extend(others);
+    let call = Arc::new(
+        UdfCall::new(
+            sig.name.clone(),
+            kind.kind_name(),
+            params,
+            file_cols,
+            file_params,
+            s.get_parallel(),
+            s.get_batch_size(),
+            s.get_on_error(),
+            s.get_storage_options().clone(),
+        )
+        .with_cache(s.cache_dir(), s.get_cache_limit(), s.get_cache())
+        .with_ordered(s.get_ordered())
+        .with_settings(s.clone()),
+    );
+    let exec: Arc<dyn ExecutionPlan> = match kind {
+        UdfKind::Map(udf) => Arc::new(MapExec::new(
+            input,
+            Arc::clone(udf),
+            call,
+            prefetched,
+            schema,
+        )),
+        UdfKind::Gen(udf) => Arc::new(GenerateExec::new(
+            input,
+            Arc::clone(udf),
+            call,
+            prefetched,
+            schema,
+        )),
+        UdfKind::BatchMap(udf) => Arc::new(BatchMapExec::new(
+            input,
+            Arc::clone(udf),
+            call,
+            prefetched,
+            schema,
+        )),
+        UdfKind::Agg { udf, .. } => {
+            let keys = key_columns(kind, &in_schema)?;
+            Arc::new(AggregateExec::new(
                 input,
                 Arc::clone(udf),
                 call,
                 keys,
-                prefetch_on,
+                prefetched,
                 schema,
-            )),
-        };
-        Ok(Some(exec))
+            ))
+        }
+    };
+    Ok(exec)
+}
+
+/// What a UDF operator was built from (see [`udf_exec`]), for codecs.
+#[derive(Debug, Clone)]
+pub struct UdfExecParts {
+    pub kind: UdfKind,
+    pub settings: Settings,
+    /// Its input is the `PrefetchExec` that fetches its files.
+    pub prefetched: bool,
+    pub schema: SchemaRef,
+}
+
+/// The parts of `plan` when it is a UDF operator.
+pub fn udf_exec_parts(plan: &dyn ExecutionPlan) -> Option<UdfExecParts> {
+    fn parts<U: ?Sized>(op: &UdfOperator<U>, kind: UdfKind) -> UdfExecParts {
+        UdfExecParts {
+            kind,
+            settings: op.call.settings.clone(),
+            prefetched: op.prefetched,
+            schema: Arc::clone(&op.schema),
+        }
     }
+    if let Some(e) = plan.downcast_ref::<MapExec>() {
+        return Some(parts(e.op(), UdfKind::Map(Arc::clone(&e.op().udf))));
+    }
+    if let Some(e) = plan.downcast_ref::<GenerateExec>() {
+        return Some(parts(e.op(), UdfKind::Gen(Arc::clone(&e.op().udf))));
+    }
+    if let Some(e) = plan.downcast_ref::<BatchMapExec>() {
+        return Some(parts(e.op(), UdfKind::BatchMap(Arc::clone(&e.op().udf))));
+    }
+    if let Some(e) = plan.downcast_ref::<AggregateExec>() {
+        let kind = UdfKind::Agg {
+            udf: Arc::clone(&e.op().udf),
+            partition_by: e.keys().iter().map(|(_, k)| k.clone()).collect(),
+        };
+        return Some(parts(e.op(), kind));
+    }
+    None
 }
 
 /// `input` merged into one partition and sorted by `keys`.

@@ -73,6 +73,11 @@ impl Builtin {
         }
     }
 
+    /// The UDF for a call reading column `param`, writing column `output`.
+    pub fn make(&self, param: &str, output: &str) -> Result<Arc<dyn Mapper>, UdfError> {
+        (self.make)(param, output)
+    }
+
     /// The scalar-function stub DataFusion resolves this name to.
     pub fn stub(&self) -> Option<ScalarUDF> {
         let udf = (self.make)("file", "out").ok()?;

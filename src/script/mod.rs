@@ -22,7 +22,7 @@ mod builtins;
 mod functions;
 pub mod statement;
 
-use builtins::Builtin;
+pub use builtins::{Builtin, builtins};
 pub use statement::{Kind, Statement, split};
 
 use std::sync::{Arc, Mutex};

@@ -64,6 +64,12 @@ impl Session {
         Arc::new(Self { ctx, settings })
     }
 
+    /// A session over `ctx` (set up by the caller, e.g. for a cluster), whose
+    /// chains start from `settings`.
+    pub fn from_context(ctx: SessionContext, settings: Settings) -> Arc<Self> {
+        Arc::new(Self { ctx, settings })
+    }
+
     /// The process-wide session used by `Chain::from_*`.
     pub fn global() -> Arc<Self> {
         static GLOBAL: OnceLock<Arc<Session>> = OnceLock::new();

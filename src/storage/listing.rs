@@ -90,6 +90,19 @@ impl StorageTable {
     pub fn location(&self) -> &Location {
         &self.loc
     }
+
+    pub fn recursive(&self) -> bool {
+        self.recursive
+    }
+
+    pub fn glob(&self) -> Option<&str> {
+        self.glob.as_deref()
+    }
+
+    /// The storage options its scans open the store with.
+    pub fn options(&self) -> &BTreeMap<String, String> {
+        &self.options
+    }
 }
 
 #[async_trait]
@@ -144,6 +157,32 @@ pub struct ListingExec {
 }
 
 impl ListingExec {
+    /// The scan of `table` producing `schema` (the file schema or its empty
+    /// projection), stopping after `limit` files.
+    pub fn try_new(
+        table: StorageTable,
+        schema: SchemaRef,
+        limit: Option<usize>,
+    ) -> Result<Self, Error> {
+        let glob = match &table.glob {
+            Some(g) => Some(
+                Glob::new(g)
+                    .map_err(|e| Error::plan(format!("invalid glob {g:?}: {e}")))?
+                    .compile_matcher(),
+            ),
+            None => None,
+        };
+        Ok(Self::new(table, glob, schema, limit))
+    }
+
+    pub fn table(&self) -> &StorageTable {
+        &self.table
+    }
+
+    pub fn limit(&self) -> Option<usize> {
+        self.limit
+    }
+
     fn new(
         table: StorageTable,
         glob: Option<GlobMatcher>,

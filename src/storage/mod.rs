@@ -31,7 +31,7 @@ mod download;
 mod listing;
 
 pub use download::{Changed, Downloaded, Pin, download_bytes, download_to, is_transient};
-pub use listing::{ListingExec, StorageTable};
+pub use listing::{ListingExec, StorageTable, file_schema};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -20,6 +20,7 @@ const LAYERS: &[&[&str]] = &[
     &["chain"],
     &["script"],
     &["pipeline"],
+    &["cluster"],
 ];
 
 /// Names re-exported at the crate root, by the module that defines them.

@@ -5,6 +5,7 @@ mod support;
 
 mod caching;
 mod cli;
+mod cluster;
 mod datasets;
 mod errors;
 mod execution;

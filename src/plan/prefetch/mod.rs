@@ -128,6 +128,15 @@ impl PrefetchExec {
         Self::new(input, self.file_cols.clone(), self.options.clone())
     }
 
+    /// The input columns whose files it fetches.
+    pub fn file_cols(&self) -> &[usize] {
+        &self.file_cols
+    }
+
+    pub fn options(&self) -> &PrefetchOptions {
+        &self.options
+    }
+
     /// URLs of the files dropped under `on_error = skip` (bounded).
     pub(crate) fn skip_list(&self) -> &SkipList {
         &self.skipped

@@ -1,0 +1,79 @@
+//! `udfchain cluster scheduler|executor`, and the session the CLI runs in
+//! (`--cluster df://HOST:PORT`, `--set cluster=...`, `SET cluster = '...'`).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::Subcommand;
+
+use super::{Executor, Scheduler};
+use crate::error::Result;
+use crate::session::Session;
+use crate::settings::Settings;
+
+/// The cluster's processes.
+#[derive(Debug, Subcommand)]
+pub enum ClusterCommand {
+    /// Run a scheduler: it plans jobs and hands their tasks to executors.
+    #[command(after_help = "\
+Examples:
+  udfchain cluster scheduler
+  udfchain cluster scheduler --bind 0.0.0.0:50050")]
+    Scheduler {
+        /// The address to listen on.
+        #[arg(long, default_value = "127.0.0.1:50050")]
+        bind: String,
+    },
+    /// Run an executor with the built-in UDFs: it takes tasks from the scheduler.
+    #[command(after_help = "\
+Examples:
+  udfchain cluster executor --scheduler 127.0.0.1:50050
+  udfchain cluster executor --scheduler 10.0.0.5:50050 --slots 4 --work-dir /data/exec1
+Executors with your own UDFs: build one with udfchain::cluster::Executor::builder().")]
+    Executor {
+        /// The scheduler's HOST:PORT.
+        #[arg(long, default_value = "127.0.0.1:50050")]
+        scheduler: String,
+        /// Tasks run at once (default: the number of cores).
+        #[arg(long)]
+        slots: Option<usize>,
+        /// Shuffle files, temp caches and the shared cache (default: <root>/executor).
+        #[arg(long)]
+        work_dir: Option<PathBuf>,
+        /// The address other nodes reach this executor at.
+        #[arg(long, default_value = "127.0.0.1")]
+        host: String,
+    },
+}
+
+/// Runs a `udfchain cluster` command until the process ends.
+pub async fn run(command: ClusterCommand, settings: &Settings) -> Result<()> {
+    match command {
+        ClusterCommand::Scheduler { bind } => {
+            eprintln!("udfchain: scheduler listening on {bind}");
+            Scheduler::builder().bind(&bind).run().await
+        }
+        ClusterCommand::Executor {
+            scheduler,
+            slots,
+            work_dir,
+            host,
+        } => {
+            let mut b = Executor::builder().scheduler(&scheduler).bind_host(&host);
+            if let Some(n) = slots {
+                b = b.slots(n);
+            }
+            let dir = work_dir.unwrap_or_else(|| settings.get_root().join("executor"));
+            b.work_dir(dir).run().await
+        }
+    }
+}
+
+/// The session `settings` ask for: on the cluster of their `cluster`
+/// setting, else local.
+pub async fn session(settings: Settings) -> Result<Arc<Session>> {
+    match settings.get_cluster().map(str::to_string) {
+        Some(url) => Session::remote(&url, settings).await,
+        None => Ok(Session::with_settings(settings)),
+    }
+}

@@ -1,0 +1,27 @@
+//! Distributed runs on Apache Ballista: the same chains and scripts, planned
+//! by a scheduler and run by executors built with udfchain's planner,
+//! operators, object stores and codecs.
+//!
+//! - [`codec`]: plan codecs for every udfchain plan part, falling back to
+//!   Ballista's; UDFs travel by name.
+//! - [`registry`]: the UDFs an executor runs, by name.
+//! - [`spread`]: `workers` partitions per UDF on a cluster.
+//! - [`client`]: `Session::remote(url, settings)`, `Session::standalone`, and
+//!   writes (`save`) that run on the client.
+//! - [`scheduler`] / [`executor`]: the two processes (`udfchain cluster
+//!   scheduler|executor`), and builders for Rust users with their own UDFs.
+
+pub mod cli;
+pub mod client;
+pub mod codec;
+pub mod executor;
+pub mod registry;
+pub mod scheduler;
+pub mod spread;
+
+pub use client::{CONNECT_TIMEOUT, scheduler_url};
+pub use codec::{LogicalCodec, PhysicalCodec};
+pub use executor::{Executor, ExecutorBuilder};
+pub use registry::UdfRegistry;
+pub use scheduler::{Scheduler, SchedulerBuilder};
+pub use spread::Spread;

@@ -1,0 +1,680 @@
+//! Distributed runs on Ballista. In-process (`Session::standalone`: a
+//! scheduler and an executor in this process): every UDF kind with prefetch
+//! on gives the same rows as a local run over the loopback S3 server; a UDF
+//! the executor lacks fails at once naming the UDF and the executor; `save`
+//! commits the cluster's rows as a dataset on the client. Real processes: a
+//! scheduler (`udfchain cluster scheduler`) and two executors (child
+//! processes of this test binary with their own UDFs) on 127.0.0.1 give the
+//! same rows as local; one executor killed with SIGKILL mid-query, the query
+//! still ends (rows or a clear error) in bounded time; the killed executor's
+//! prefetch dirs are swept when it restarts; a scheduler that is down is a
+//! clear error at once.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::stream::{self, BoxStream, StreamExt};
+use serde::{Deserialize, Serialize};
+use udfchain::cluster::UdfRegistry;
+use udfchain::udfs::UdfError;
+use udfchain::{Chain, File, Session, Settings, col, lit};
+
+use crate::support::{S3Server, prefetch_dirs, write_files};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Meta {
+    name: String,
+    len: u64,
+    first: u8,
+}
+
+/// map: the file's name, length and first byte.
+async fn meta(f: File) -> Result<Meta, UdfError> {
+    let bytes = f.read().await?;
+    Ok(Meta {
+        name: f.name().to_string(),
+        len: bytes.len() as u64,
+        first: bytes.first().copied().unwrap_or(0),
+    })
+}
+
+/// gen: `len % 4` rows per file (0 to 3), each `len * 10 + k`.
+fn pieces(f: File) -> BoxStream<'static, Result<u64, UdfError>> {
+    stream::once(async move { f.read().await.map(|b| b.len() as u64) })
+        .map(|len| match len {
+            Ok(n) => stream::iter((0..n % 4).map(move |k| Ok(n * 10 + k))).boxed(),
+            Err(e) => stream::iter(vec![Err(e)]).boxed(),
+        })
+        .flatten()
+        .boxed()
+}
+
+/// batch_map: the sum of the bytes of each file.
+async fn byte_sum(files: Vec<File>) -> Result<Vec<u64>, UdfError> {
+    let mut out = Vec::with_capacity(files.len());
+    for f in files {
+        out.push(f.read().await?.iter().map(|&b| u64::from(b)).sum());
+    }
+    Ok(out)
+}
+
+/// agg: the total length of a group's files.
+async fn total(files: Vec<File>) -> Result<Vec<u64>, UdfError> {
+    let mut sum = 0;
+    for f in files {
+        sum += f.read().await?.len() as u64;
+    }
+    Ok(vec![sum])
+}
+
+/// map: the length, after 150 ms (a query long enough to kill an executor in).
+async fn slow(f: File) -> Result<u64, UdfError> {
+    let n = f.read().await?.len() as u64;
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    Ok(n)
+}
+
+/// gen over values: 0..n.
+fn upto(n: u64) -> BoxStream<'static, Result<u64, UdfError>> {
+    stream::iter((0..n).map(Ok)).boxed()
+}
+
+/// map: the length, failing on files of odd length.
+async fn picky(f: File) -> Result<u64, UdfError> {
+    let n = f.read().await?.len() as u64;
+    if n % 2 == 1 {
+        return Err(UdfError::Contract(format!("odd length {n}")));
+    }
+    Ok(n)
+}
+
+/// The UDFs of these tests, as executors register them.
+fn registry() -> UdfRegistry {
+    UdfRegistry::new()
+        .register_map("picky", picky)
+        .register_gen("upto", upto)
+        .register_map("meta", meta)
+        .register_map("slow", slow)
+        .register_gen("pieces", pieces)
+        .register_batch_map("byte_sum", byte_sum)
+        .register_agg("total", total)
+}
+
+/// Files `d{i%3}/f{i}.bin` of 20 + 7i bytes in the S3 server's bucket.
+fn server_with_files(n: usize) -> S3Server {
+    let server = S3Server::start();
+    write_files(&server.bucket_dir().join("data"), n, |i| 20 + 7 * i);
+    server
+}
+
+/// Every UDF kind over `s3://bucket/data/` in `session`, as sorted text rows.
+async fn kinds(session: &Arc<Session>) -> BTreeMap<&'static str, Vec<String>> {
+    let on = |c: Chain| c.settings(Settings::new().prefetch(4).parallel(2));
+    let src = || on(session.from_storage("s3://bucket/data/"));
+    let mut out = BTreeMap::new();
+    let rows = |batches: Vec<datafusion::arrow::array::RecordBatch>| {
+        let text = datafusion::arrow::util::pretty::pretty_format_batches(&batches)
+            .expect("format")
+            .to_string();
+        let mut lines: Vec<String> = text
+            .lines()
+            .filter(|l| l.starts_with('|'))
+            .skip(1)
+            .map(str::to_string)
+            .collect();
+        lines.sort();
+        lines
+    };
+    let path = || col("file.path").alias("path");
+    let map = src()
+        .map("meta", meta)
+        .select([path(), col("meta")])
+        .collect()
+        .await
+        .expect("map");
+    out.insert("map", rows(map));
+    let generated = src()
+        .generate("piece", pieces)
+        .select([path(), col("piece")])
+        .collect()
+        .await
+        .expect("gen");
+    out.insert("gen", rows(generated));
+    let batch = src()
+        .settings(Settings::new().batch_size(4))
+        .batch_map("sum", byte_sum)
+        .select([path(), col("sum")])
+        .collect()
+        .await
+        .expect("batch_map");
+    out.insert("batch_map", rows(batch));
+    let dir = datafusion::functions::expr_fn::split_part(col("file.path"), lit("/"), lit(1));
+    let agg = src()
+        .mutate("dir", dir)
+        .agg(&["dir"], &["file"], "total", total)
+        .collect()
+        .await
+        .expect("agg");
+    out.insert("agg", rows(agg));
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_udf_kind_with_prefetch_gives_the_local_rows_in_process() {
+    let server = server_with_files(24);
+    let local = kinds(&server.session()).await;
+    assert_eq!(local["map"].len(), 24);
+    assert_eq!(local["agg"].len(), 3);
+    assert!(local["gen"].len() > 10, "{:?}", local["gen"]);
+    let cluster = Session::standalone(server.settings().workers(2), registry(), 2)
+        .await
+        .expect("standalone cluster");
+    let remote = tokio::time::timeout(Duration::from_secs(240), kinds(&cluster))
+        .await
+        .expect("the cluster runs finish");
+    for kind in ["map", "gen", "batch_map", "agg"] {
+        assert_eq!(remote[kind], local[kind], "{kind}: cluster rows differ");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_error_travels_with_the_udf() {
+    let server = server_with_files(12);
+    let cluster = Session::standalone(server.settings().workers(2), registry(), 2)
+        .await
+        .expect("standalone cluster");
+    let run = |session: &Arc<Session>, on_error: udfchain::OnError| {
+        session
+            .from_storage("s3://bucket/data/")
+            .settings(Settings::new().on_error(on_error).prefetch(2))
+            .map("n", picky)
+            .select([col("file.path").alias("path"), col("n")])
+            .order_by([col("path").sort(true, false)])
+    };
+    let text = |b: Vec<datafusion::arrow::array::RecordBatch>| {
+        datafusion::arrow::util::pretty::pretty_format_batches(&b)
+            .expect("format")
+            .to_string()
+    };
+    for on_error in [udfchain::OnError::Skip, udfchain::OnError::Null] {
+        let local = text(
+            run(&server.session(), on_error)
+                .collect()
+                .await
+                .expect("local"),
+        );
+        let remote = text(run(&cluster, on_error).collect().await.expect("cluster"));
+        assert_eq!(remote, local, "{on_error:?}");
+    }
+    let err = run(&cluster, udfchain::OnError::Fail)
+        .collect()
+        .await
+        .expect_err("fail");
+    // Ballista passes a task's error on as text (its `Debug` form): the UDF,
+    // the file, the row and the cause are all in it.
+    let text = err.to_string();
+    for part in ["picky", "s3://bucket/data/", "row", "odd length"] {
+        assert!(text.contains(part), "{part}: {text}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_memory_values_travel_to_the_cluster() {
+    #[derive(Serialize, Deserialize)]
+    struct N {
+        n: u64,
+    }
+    let values = [N { n: 3 }, N { n: 0 }, N { n: 1000 }, N { n: 2 }];
+    let cluster = Session::standalone(Settings::new().workers(2), registry(), 2)
+        .await
+        .expect("standalone cluster");
+    let run = |session: Arc<Session>| {
+        Chain::from_values_in(session, &values)
+            .settings(Settings::new().batch_size(64))
+            .gen_on(&["n"], "i", upto)
+            .group_by(
+                [col("n")],
+                [datafusion::functions_aggregate::expr_fn::sum(col("i"))],
+            )
+            .order_by([col("n").sort(true, false)])
+    };
+    let text = |b: Vec<datafusion::arrow::array::RecordBatch>| {
+        datafusion::arrow::util::pretty::pretty_format_batches(&b)
+            .expect("format")
+            .to_string()
+    };
+    let remote = text(run(cluster).collect().await.expect("cluster"));
+    let local = text(run(Session::new()).collect().await.expect("local"));
+    assert_eq!(remote, local);
+    assert!(local.contains("499500"), "{local}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_udf_the_executor_lacks_fails_at_once_naming_it_and_the_executor() {
+    let server = server_with_files(4);
+    let lacking = UdfRegistry::new().register_map("other", meta);
+    let cluster = Session::standalone(server.settings(), lacking, 1)
+        .await
+        .expect("standalone cluster");
+    let started = Instant::now();
+    let chain = cluster.from_storage("s3://bucket/data/").map("meta", meta);
+    let run = chain.collect();
+    let err = tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .expect("no hang")
+        .expect_err("the executor has no UDF meta");
+    let text = err.to_string();
+    assert!(text.contains("UDF meta"), "{text}");
+    assert!(text.contains("standalone executor"), "{text}");
+    assert!(text.contains("other"), "names what it has: {text}");
+    assert!(started.elapsed() < Duration::from_secs(60));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn save_on_a_cluster_commits_one_version_on_the_client() {
+    let server = server_with_files(9);
+    let root = tempfile::tempdir().expect("root");
+    let settings = server.settings().root(root.path()).workers(2);
+    let cluster = Session::standalone(settings.clone(), registry(), 2)
+        .await
+        .expect("standalone cluster");
+    let info = cluster
+        .from_storage("s3://bucket/data/")
+        .map("meta", meta)
+        .select([col("file.path").alias("path"), col("meta")])
+        .save("metas")
+        .await
+        .expect("save");
+    assert_eq!((info.version, info.rows), (1, 9));
+    #[derive(Deserialize)]
+    struct Row {
+        path: String,
+        meta: Meta,
+    }
+    let local = Session::with_settings(settings);
+    let mut rows: Vec<Row> = local
+        .from_dataset("metas")
+        .to_rows()
+        .await
+        .expect("read back");
+    rows.sort_by(|a, b| a.path.cmp(&b.path));
+    assert_eq!(rows.len(), 9);
+    assert_eq!(rows[0].path, "d0/f0000.bin");
+    assert_eq!(rows[0].meta.len, 20);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduler_that_is_down_is_a_clear_error_at_once() {
+    let port = free_port();
+    let started = Instant::now();
+    let err = Session::remote(&format!("df://127.0.0.1:{port}"), Settings::new())
+        .await
+        .expect_err("nothing listens there");
+    let text = err.to_string();
+    assert!(text.contains("cannot connect to the scheduler"), "{text}");
+    assert!(text.contains(&port.to_string()), "{text}");
+    assert!(started.elapsed() <= udfchain::cluster::CONNECT_TIMEOUT + Duration::from_secs(1));
+    let bad = Session::remote("df://no-port", Settings::new())
+        .await
+        .expect_err("no port");
+    assert!(bad.to_string().contains("df://HOST:PORT"), "{bad}");
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port()
+}
+
+// ---- real processes ----
+
+/// A child process killed (SIGKILL) and reaped when dropped.
+struct Child(Option<std::process::Child>);
+
+impl Child {
+    /// `udfchain cluster scheduler --bind 127.0.0.1:PORT`.
+    fn scheduler(port: u16) -> Self {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_udfchain"));
+        cmd.args([
+            "cluster",
+            "scheduler",
+            "--bind",
+            &format!("127.0.0.1:{port}"),
+        ]);
+        Self::spawn(cmd)
+    }
+
+    /// The ignored test `cluster::executor_process` of this binary: an
+    /// executor with this module's UDFs.
+    fn executor(scheduler: u16, work_dir: &Path) -> Self {
+        let mut cmd = Command::new(std::env::current_exe().expect("current exe"));
+        cmd.args([
+            "--exact",
+            "cluster::executor_process",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env("UDFCHAIN_TEST_SCHEDULER", format!("127.0.0.1:{scheduler}"))
+        .env("UDFCHAIN_TEST_WORK_DIR", work_dir);
+        Self::spawn(cmd)
+    }
+
+    fn spawn(mut cmd: Command) -> Self {
+        cmd.stdout(Stdio::null()).stderr(Stdio::null());
+        Self(Some(cmd.spawn().expect("spawn")))
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The body of an executor child process (see [`Child::executor`]).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a child process of the cluster process tests"]
+async fn executor_process() {
+    let scheduler = std::env::var("UDFCHAIN_TEST_SCHEDULER").expect("scheduler");
+    let work_dir = std::env::var("UDFCHAIN_TEST_WORK_DIR").expect("work dir");
+    udfchain::cluster::Executor::builder()
+        .registry(registry())
+        .scheduler(&scheduler)
+        .slots(1)
+        .work_dir(work_dir)
+        .run()
+        .await
+        .expect("executor");
+}
+
+/// A scheduler and two executors of one slot each on 127.0.0.1.
+struct Cluster {
+    port: u16,
+    _scheduler: Child,
+    executors: Vec<Child>,
+    work_dirs: Vec<PathBuf>,
+    _dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    async fn start() -> Self {
+        let dir = tempfile::tempdir().expect("work dirs");
+        let port = free_port();
+        let scheduler = Child::scheduler(port);
+        let work_dirs: Vec<PathBuf> = (0..2).map(|i| dir.path().join(format!("e{i}"))).collect();
+        let executors = work_dirs.iter().map(|w| Child::executor(port, w)).collect();
+        let cluster = Self {
+            port,
+            _scheduler: scheduler,
+            executors,
+            work_dirs,
+            _dir: dir,
+        };
+        cluster.wait_for_executors(2).await;
+        cluster
+    }
+
+    fn url(&self) -> String {
+        format!("df://127.0.0.1:{}", self.port)
+    }
+
+    /// Waits until `n` executors have made their work dirs (they do before
+    /// registering) and the scheduler answers, then a little for registration.
+    async fn wait_for_executors(&self, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.work_dirs.iter().filter(|w| w.exists()).count() < n {
+            assert!(Instant::now() < deadline, "executors did not start");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduler_and_two_executor_processes_give_the_local_rows() {
+    let server = server_with_files(24);
+    let local = kinds(&server.session()).await;
+    let cluster = Cluster::start().await;
+    let session = Session::remote(&cluster.url(), server.settings().workers(2))
+        .await
+        .expect("connect");
+    let remote = tokio::time::timeout(Duration::from_secs(300), kinds(&session))
+        .await
+        .expect("the cluster runs finish");
+    for kind in ["map", "gen", "batch_map", "agg"] {
+        assert_eq!(remote[kind], local[kind], "{kind}: cluster rows differ");
+    }
+    // workers = 2 spread a UDF's partitions over both executors: some job
+    // wrote shuffle output (Arrow files under `<work dir>/<job id>/`) on each.
+    let jobs = |w: &PathBuf| -> std::collections::BTreeSet<std::ffi::OsString> {
+        std::fs::read_dir(w)
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| arrow_files(&e.path()) > 0)
+                    .map(|e| e.file_name())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let (a, b) = (jobs(&cluster.work_dirs[0]), jobs(&cluster.work_dirs[1]));
+    assert!(
+        a.intersection(&b).next().is_some(),
+        "no job ran on both: {a:?} {b:?}"
+    );
+}
+
+/// `slow` over `s3://bucket/data/` in `session`, as sorted (path, length).
+async fn slow_rows(session: &Arc<Session>) -> udfchain::Result<Vec<(String, u64)>> {
+    #[derive(Deserialize)]
+    struct R {
+        path: String,
+        n: u64,
+    }
+    let mut rows: Vec<(String, u64)> = session
+        .from_storage("s3://bucket/data/")
+        .settings(Settings::new().prefetch(2).parallel(1).memory_file_limit(0))
+        .map("n", slow)
+        .select([col("file.path").alias("path"), col("n")])
+        .to_rows::<R>()
+        .await?
+        .into_iter()
+        .map(|r| (r.path, r.n))
+        .collect();
+    rows.sort();
+    Ok(rows)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_executor_killed_mid_query_ends_the_query_in_bounded_time_and_is_swept_on_restart() {
+    let server = server_with_files(40);
+    let mut cluster = Cluster::start().await;
+    let session = Session::remote(&cluster.url(), server.settings().workers(2))
+        .await
+        .expect("connect");
+    let query = tokio::spawn({
+        let session = Arc::clone(&session);
+        async move { slow_rows(&session).await }
+    });
+    // Mid-query: an executor has a prefetch dir (files of its running task).
+    let roots: Vec<PathBuf> = cluster
+        .work_dirs
+        .iter()
+        .map(|w| w.join("udfchain"))
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let victim = loop {
+        if let Some(i) = roots.iter().position(|r| !prefetch_dirs(r).is_empty()) {
+            break i;
+        }
+        assert!(Instant::now() < deadline, "no executor started a task");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    cluster.executors[victim].kill();
+    let killed_at = Instant::now();
+    let left = prefetch_dirs(&roots[victim]);
+    assert!(!left.is_empty(), "SIGKILL leaves the task's prefetch dir");
+    // Bound: the scheduler declares it dead after EXECUTOR_TIMEOUT and runs
+    // its tasks on the other executor; either way the query ends.
+    let outcome = tokio::time::timeout(Duration::from_secs(120), query)
+        .await
+        .expect("the query ends after the kill, no hang")
+        .expect("join");
+    let took = killed_at.elapsed();
+    eprintln!(
+        "query ended {took:?} after the kill: {:?}",
+        outcome.as_ref().map(|r| r.len())
+    );
+    // EXECUTOR_TIMEOUT + EXPIRE_CHECK to notice, then the lost tasks again.
+    assert!(
+        took < Duration::from_secs(90),
+        "ended {took:?} after the kill"
+    );
+    match outcome {
+        Ok(rows) => {
+            let local = slow_rows(&server.session()).await.expect("local");
+            assert_eq!(rows, local, "Ballista's retry gives every row once");
+        }
+        Err(e) => {
+            let text = e.to_string();
+            assert!(!text.is_empty(), "a clear error");
+        }
+    }
+    // Restarted on the same work dir, the executor sweeps what the killed one left.
+    cluster.executors[victim] = Child::executor(cluster.port, &cluster.work_dirs[victim]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while left.iter().any(|d| d.exists()) {
+        assert!(
+            Instant::now() < deadline,
+            "orphan prefetch dirs not swept: {left:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The Arrow files below `dir` (an executor's shuffle output).
+fn arrow_files(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| {
+            let p = e.path();
+            if p.is_dir() {
+                arrow_files(&p)
+            } else {
+                usize::from(p.extension().is_some_and(|x| x == "arrow"))
+            }
+        })
+        .sum()
+}
+
+/// Runs the `udfchain` binary with `args` (and `stdin`), at most 120 s.
+async fn cli(args: Vec<String>, stdin: Option<String>) -> std::process::Output {
+    let run = tokio::task::spawn_blocking(move || {
+        use std::io::Write;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_udfchain"))
+            .args(&args)
+            .env("CI", "1")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn udfchain");
+        if let Some(text) = stdin {
+            child
+                .stdin
+                .take()
+                .expect("stdin")
+                .write_all(text.as_bytes())
+                .expect("write stdin");
+        }
+        child.wait_with_output().expect("udfchain output")
+    });
+    tokio::time::timeout(Duration::from_secs(120), run)
+        .await
+        .expect("udfchain ends")
+        .expect("join")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_runs_queries_and_scripts_on_a_cluster_of_cli_processes() {
+    let dir = tempfile::tempdir().expect("dir");
+    let data = dir.path().join("data");
+    write_files(&data, 6, |i| 10 + i);
+    let root = dir.path().join("root");
+    let port = free_port();
+    let _scheduler = Child::scheduler(port);
+    let work = dir.path().join("exec");
+    let mut exec = Command::new(env!("CARGO_BIN_EXE_udfchain"));
+    exec.args(["cluster", "executor", "--slots", "2", "--scheduler"])
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--work-dir")
+        .arg(&work);
+    let _executor = Child::spawn(exec);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !work.exists() {
+        assert!(Instant::now() < deadline, "the executor did not start");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let url = format!("df://127.0.0.1:{port}");
+    let base = |extra: &[&str]| {
+        let mut a: Vec<String> = vec!["--root".into(), root.display().to_string()];
+        a.extend(["--format".into(), "csv".into()]);
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    };
+    let sql = format!(
+        "SELECT file.path AS path, sha256(file) AS h FROM read_storage('{}') ORDER BY path",
+        data.display()
+    );
+    let local = cli(base(&["query", &sql]), None).await;
+    let remote = cli(base(&["--cluster", &url, "query", &sql]), None).await;
+    assert!(
+        remote.status.success(),
+        "{}",
+        String::from_utf8_lossy(&remote.stderr)
+    );
+    let local = String::from_utf8_lossy(&local.stdout).to_string();
+    assert_eq!(local.lines().count(), 7, "{local}");
+    assert_eq!(String::from_utf8_lossy(&remote.stdout), local);
+
+    // A script switching to the cluster, saving a dataset there (committed here).
+    let script = format!(
+        "SET cluster = '{url}';\nSET workers = 2;\n\
+         CREATE DATASET hashes AS SELECT file.path AS path, sha256(file) AS h FROM read_storage('{}');\n\
+         SELECT count(*) AS n FROM read_dataset('hashes');",
+        data.display()
+    );
+    let out = cli(base(&["run", "-"]), Some(script)).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("saved dataset hashes version 1 (6 rows)"),
+        "{stderr}"
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "n\n6");
+
+    // A scheduler that is down: a one-line error, soon.
+    let started = Instant::now();
+    let down = format!("df://127.0.0.1:{}", free_port());
+    let out = cli(base(&["--cluster", &down, "query", "SELECT 1"]), None).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("cannot connect to the scheduler"),
+        "{stderr}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(30));
+}
