@@ -27,6 +27,7 @@ pub mod cache;
 pub mod chain;
 pub mod dataset;
 pub mod error;
+pub mod loader;
 pub mod plan;
 pub mod progress;
 pub mod runtime;

@@ -19,6 +19,7 @@ const LAYERS: &[&[&str]] = &[
     &["dataset"],
     &["chain"],
     &["script"],
+    &["loader"],
 ];
 
 /// Names re-exported at the crate root, by the module that defines them.
