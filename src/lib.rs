@@ -28,6 +28,7 @@ pub mod chain;
 pub mod cluster;
 pub mod dataset;
 pub mod error;
+pub mod loader;
 pub mod pipeline;
 pub mod plan;
 pub mod progress;

@@ -228,6 +228,11 @@ impl Chain {
         self
     }
 
+    /// The session this chain runs in.
+    pub fn session(&self) -> &Arc<Session> {
+        &self.session
+    }
+
     /// Settings for the UDFs added after this call.
     pub fn settings(mut self, settings: Settings) -> Self {
         self.settings = self.settings.merge(&settings);

@@ -19,6 +19,7 @@ const LAYERS: &[&[&str]] = &[
     &["dataset"],
     &["chain"],
     &["script"],
+    &["loader"],
     &["pipeline"],
     &["cluster"],
 ];

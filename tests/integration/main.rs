@@ -12,6 +12,7 @@ mod execution;
 mod first_run;
 mod keys;
 mod layers;
+mod loader;
 mod on_error;
 mod pipeline;
 mod prefetch;
