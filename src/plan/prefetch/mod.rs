@@ -9,7 +9,7 @@
 //!   downloads run across all partitions of the operator (one semaphore they
 //!   share); `peak_in_flight` in EXPLAIN ANALYZE is the peak across partitions;
 //! - `ordered = true` emits rows in input order; rows that finish before their
-//!   turn wait in a reorder buffer bounded by bytes (four windows of the mean
+//!   turn wait in a reorder buffer bounded by bytes (32 windows of the mean
 //!   row; its peak is `reorder_peak_bytes`), and a full reorder buffer is what
 //!   stops new requests (see `stream.rs`); `false` emits in completion order;
 //! - the bytes of every row started and not yet taken (in flight or waiting
