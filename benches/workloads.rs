@@ -5,7 +5,7 @@
 //! cargo bench --bench workloads              # full run (~15 minutes)
 //! cargo bench --bench workloads -- --quick   # scaled down (~1-2 minutes of runs)
 //! cargo bench --bench workloads -- --only A,E
-//! cargo bench --bench workloads -- --only A --prefetch 128,auto
+//! cargo bench --bench workloads -- --only A --prefetch 128,auto,default
 //! cargo bench --bench workloads -- --only A --prefetch 128 --udfchain-only  # to profile
 //! ```
 //!
@@ -1116,7 +1116,11 @@ impl Bench {
             }
         }
         // Every setting at its default (root aside: the temp dir of the run).
-        if self.only_prefetch.is_none() {
+        if self
+            .only_prefetch
+            .as_ref()
+            .is_none_or(|only| only.iter().any(|p| p == "default"))
+        {
             let settings = Settings::new().root(root);
             let defaults = Settings::new();
             let (parallel, connections) = (defaults.get_parallel(), defaults.get_max_connections());
