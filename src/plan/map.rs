@@ -9,8 +9,7 @@
 //! calls finish, so a dropped stream or a `limit` above stops the work. Rows
 //! whose input holds `File`s go one per call, so each file is its own unit of
 //! work, error and cancellation; other rows go up to 1024 per call under
-//! `on_error = fail` and one per call otherwise. The results that are ready
-//! together leave as one batch (up to 1024 rows): a row never waits for another.
+//! `on_error = fail` and one per call otherwise.
 
 use std::fmt;
 use std::sync::Arc;
@@ -23,15 +22,12 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use futures::stream::{self, StreamExt, TryStreamExt};
 use udfchain_udfs::Mapper;
 
-use super::batches::{coalesce, slices, unary_exec_boilerplate};
+use super::batches::{slices, unary_exec_boilerplate};
 use super::common::{Shape, UdfCall, UdfOperator};
 use crate::settings::OnError;
 
 /// Rows per call when the UDF reads no file.
 const VALUE_ROWS_PER_CALL: usize = 1024;
-/// Rows per output batch at most: the calls' one-row results that are ready
-/// together go out as one batch (see [`coalesce`]).
-const OUTPUT_ROWS: usize = 1024;
 
 #[derive(Debug)]
 pub struct MapExec {
@@ -120,6 +116,6 @@ impl ExecutionPlan for MapExec {
                     .await
                 }
             });
-        Ok(coalesce(out.output(calls, baseline), OUTPUT_ROWS))
+        Ok(out.output(calls, baseline))
     }
 }
