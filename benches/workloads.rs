@@ -5,7 +5,7 @@
 //! cargo bench --bench workloads              # full run (~15 minutes)
 //! cargo bench --bench workloads -- --quick   # scaled down (~1-2 minutes of runs)
 //! cargo bench --bench workloads -- --only A,E
-//! cargo bench --bench workloads -- --only A --prefetch 128,auto
+//! cargo bench --bench workloads -- --only A --prefetch 128,auto,default
 //! cargo bench --bench workloads -- --only A --prefetch 128 --udfchain-only  # to profile
 //! ```
 //!
@@ -616,7 +616,17 @@ impl Env {
     }
 
     fn chain(&self, pf: Pf, parallel: usize, root: &FsPath, cache: bool) -> Chain {
-        let (work, cal) = (self.spec.work, self.cal);
+        self.chain_ordered(pf, parallel, root, cache, true)
+    }
+
+    fn chain_ordered(
+        &self,
+        pf: Pf,
+        parallel: usize,
+        root: &FsPath,
+        cache: bool,
+        ordered: bool,
+    ) -> Chain {
         let connections = match pf {
             Pf::Fixed(n) => MAX_CONNECTIONS.max(n * self.partitions),
             Pf::Auto => MAX_CONNECTIONS,
@@ -626,8 +636,15 @@ impl Env {
                 .parallel(parallel)
                 .root(root)
                 .cache(cache)
+                .ordered(ordered)
                 .max_connections(connections),
         );
+        self.chain_with(settings)
+    }
+
+    /// The workload's chain under `settings` as given.
+    fn chain_with(&self, settings: Settings) -> Chain {
+        let (work, cal) = (self.spec.work, self.cal);
         let chain = self
             .session
             .from_storage(&self.uri())
@@ -812,6 +829,7 @@ impl Env {
             cpu_per_get_s: self.get_cpu,
             first_list_page_s: self.list_rtt,
             ratio_to_buffer_unordered: None,
+            cpu_ratio_to_buffer_unordered: None,
             cold_warm_ratio: None,
             after_limit_row_s: o.after_limit_row,
             max_gets_expected: None,
@@ -868,6 +886,8 @@ struct Record {
     first_list_page_s: f64,
     /// udfchain files/s over buffer_unordered's at the same concurrency.
     ratio_to_buffer_unordered: Option<f64>,
+    /// udfchain CPU per file over buffer_unordered's at the same concurrency.
+    cpu_ratio_to_buffer_unordered: Option<f64>,
     /// D warm pass: cold seconds / warm seconds.
     cold_warm_ratio: Option<f64>,
     /// E: seconds from the 10th row to the end of the stream.
@@ -1007,16 +1027,18 @@ impl Bench {
 
     fn progress(r: &Record) {
         eprintln!(
-            "  {} {:<16} {:<5} prefetch={:<5} parallel={:<2} {:>9.1} files/s  ratio {:>5}  {:>6} GETs  {:.2}s",
+            "  {} {:<16} {:<5} prefetch={:<7} ordered={:<5} parallel={:<2} {:>9.1} files/s  ratio {:>5}  {:>6} GETs  {:.2}s  {:.3} ms CPU/file",
             r.workload,
             r.engine,
             r.pass.clone().unwrap_or_default(),
             prefetch_label(&r.prefetch),
+            r.ordered,
             r.parallel,
             r.files_per_s,
             fmt_opt(r.ratio_to_bound, 2),
             r.gets,
-            r.seconds
+            r.seconds,
+            r.cpu_per_file_s * 1e3
         );
     }
 
@@ -1069,20 +1091,47 @@ impl Bench {
         for pf in self.prefetches() {
             for parallel in self.parallels() {
                 let in_flight = pf.in_flight(parallel, env.partitions);
-                let (o, m) = env
-                    .median_of(Some(root.join("tmp")), || {
-                        env.run_chain(env.chain(pf, parallel, root, false))
-                    })
-                    .await;
-                let r = env.record("udfchain", pf, parallel, in_flight, &o, &m);
-                if pf != Pf::Auto && (in_flight, parallel) != (1, 1) {
-                    matched
-                        .entry((in_flight, parallel, pf == Pf::Fixed(0)))
-                        .or_default()
-                        .push(self.records.len());
+                // `ordered = false` next to the default, where order can cost:
+                // with downloads ahead, on A and C.
+                let unordered = pf != Pf::Fixed(0) && env.spec.work != Work::Sha256;
+                for ordered in [true, false] {
+                    if !ordered && !unordered {
+                        continue;
+                    }
+                    let (o, m) = env
+                        .median_of(Some(root.join("tmp")), || {
+                            env.run_chain(env.chain_ordered(pf, parallel, root, false, ordered))
+                        })
+                        .await;
+                    let mut r = env.record("udfchain", pf, parallel, in_flight, &o, &m);
+                    r.ordered = ordered;
+                    if pf != Pf::Auto && (in_flight, parallel) != (1, 1) {
+                        matched
+                            .entry((in_flight, parallel, pf == Pf::Fixed(0)))
+                            .or_default()
+                            .push(self.records.len());
+                    }
+                    self.push(r);
                 }
-                self.push(r);
             }
+        }
+        // Every setting at its default (root aside: the temp dir of the run).
+        if self
+            .only_prefetch
+            .as_ref()
+            .is_none_or(|only| only.iter().any(|p| p == "default"))
+        {
+            let settings = Settings::new().root(root);
+            let defaults = Settings::new();
+            let (parallel, connections) = (defaults.get_parallel(), defaults.get_max_connections());
+            let (o, m) = env
+                .median_of(Some(root.join("tmp")), || {
+                    env.run_chain(env.chain_with(settings.clone()))
+                })
+                .await;
+            let mut r = env.record("udfchain", Pf::Auto, parallel, connections, &o, &m);
+            r.prefetch = serde_json::Value::from("default");
+            self.push(r);
         }
         if self.udfchain_only {
             return;
@@ -1110,10 +1159,12 @@ impl Bench {
             let as_pf = Pf::Fixed(if inline { 0 } else { n });
             let mut r = env.record("buffer_unordered", as_pf, parallel, n, &o, &m);
             r.prefetch = pf;
-            let fps = r.files_per_s;
+            let (fps, cpu) = (r.files_per_s, r.cpu_per_file_s);
             self.push(r);
             for i in indices {
                 self.records[i].ratio_to_buffer_unordered = Some(self.records[i].files_per_s / fps);
+                self.records[i].cpu_ratio_to_buffer_unordered =
+                    Some(self.records[i].cpu_per_file_s / cpu);
             }
         }
     }
@@ -1185,9 +1236,9 @@ fn prefetch_label(v: &serde_json::Value) -> String {
 
 fn table(records: &[Record]) -> String {
     let header = [
-        "wl", "engine", "pass", "pf", "par", "infl", "files", "s", "files/s", "MB/s", "bound",
-        "ratio", "vs_bu", "ttfr_ms", "GETs", "rss_MB", "tmp_MB", "cpu_s", "srv_s", "udf_s", "busy",
-        "note",
+        "wl", "engine", "pass", "pf", "ord", "par", "infl", "files", "s", "files/s", "MB/s",
+        "bound", "ratio", "vs_bu", "ttfr_ms", "GETs", "rss_MB", "tmp_MB", "cpu_s", "srv_s",
+        "udf_s", "busy", "cpu/f_ms", "note",
     ];
     let rows: Vec<Vec<String>> = records
         .iter()
@@ -1204,6 +1255,7 @@ fn table(records: &[Record]) -> String {
                 r.engine.clone(),
                 r.pass.clone().unwrap_or_default(),
                 prefetch_label(&r.prefetch),
+                if r.ordered { "y" } else { "n" }.to_string(),
                 r.parallel.to_string(),
                 r.in_flight.to_string(),
                 r.files.to_string(),
@@ -1221,6 +1273,7 @@ fn table(records: &[Record]) -> String {
                 format!("{:.2}", r.cpu_server_s),
                 format!("{:.2}", r.cpu_udf_s),
                 format!("{:.2}", r.cpu_busy),
+                format!("{:.3}", r.cpu_per_file_s * 1e3),
                 note,
             ]
         })
@@ -1231,7 +1284,7 @@ fn table(records: &[Record]) -> String {
             *w = (*w).max(c.len());
         }
     }
-    let text_cols = [0usize, 1, 2, 20];
+    let text_cols = [0usize, 1, 2, 4, 23];
     let mut out = String::new();
     let line = |cells: Vec<String>, out: &mut String| {
         let mut s = String::new();
@@ -1265,7 +1318,7 @@ fn summary(records: &[Record], cores: usize) -> String {
     // A: ratio to the bound at every fixed in-flight count.
     let a: Vec<&Record> = of("A")
         .into_iter()
-        .filter(|r| r.prefetch != "auto")
+        .filter(|r| r.prefetch != "auto" && r.prefetch != "default")
         .collect();
     if !a.is_empty() {
         let worst = a
@@ -1353,16 +1406,19 @@ fn summary(records: &[Record], cores: usize) -> String {
             verdict(r.gets <= max && after < 0.1)
         );
     }
-    // auto within 10% of the best fixed setting.
-    for wl in ["A", "B", "C"] {
-        let runs = of(wl);
+    let fixed = |r: &&&Record| r.prefetch != "auto" && r.prefetch != "default";
+    // auto within 10% of the best fixed setting (ordered, as the default is),
+    // and on A at least the best hand-written `buffer_unordered(N)`.
+    for wl in ["A", "B", "C", "A~tail", "C~tail"] {
+        let runs: Vec<&Record> = of(wl).into_iter().filter(|r| r.ordered).collect();
         for parallel in [1, cores] {
             let auto = runs
                 .iter()
                 .find(|r| r.parallel == parallel && r.prefetch == "auto");
             let best = runs
                 .iter()
-                .filter(|r| r.parallel == parallel && r.prefetch != "auto")
+                .filter(|r| r.parallel == parallel)
+                .filter(fixed)
                 .max_by(|a, b| a.files_per_s.total_cmp(&b.files_per_s));
             if let (Some(auto), Some(best)) = (auto, best) {
                 let x = auto.files_per_s / best.files_per_s;
@@ -1374,10 +1430,126 @@ fn summary(records: &[Record], cores: usize) -> String {
                     best.files_per_s,
                     verdict(x >= 0.9)
                 );
+                let hand = records
+                    .iter()
+                    .filter(|r| r.workload == wl && r.engine == "buffer_unordered")
+                    .filter(|r| r.parallel == parallel && r.prefetch != "0")
+                    .max_by(|a, b| a.files_per_s.total_cmp(&b.files_per_s));
+                if let Some(hand) = hand.filter(|_| wl.starts_with('A')) {
+                    let y = auto.files_per_s / hand.files_per_s;
+                    let _ = writeln!(
+                        out,
+                        "{wl}  auto at parallel={parallel} / best buffer_unordered(N) (N={}, {:.1} files/s): {y:.2} -> {}",
+                        hand.in_flight,
+                        hand.files_per_s,
+                        verdict(y >= 1.0)
+                    );
+                }
             }
             if parallel == cores && cores == 1 {
                 break;
             }
+        }
+    }
+    // ordered >= 0.9 of unordered at equal prefetch.
+    for wl in ["A", "C", "A~tail", "C~tail"] {
+        let runs = of(wl);
+        let pairs: Vec<(f64, &Record)> = runs
+            .iter()
+            .filter(|r| r.ordered && r.prefetch != "0")
+            .filter(fixed)
+            .filter_map(|o| {
+                runs.iter()
+                    .find(|u| !u.ordered && u.prefetch == o.prefetch && u.parallel == o.parallel)
+                    .map(|u| (o.files_per_s / u.files_per_s, *o))
+            })
+            .collect();
+        if let Some((x, r)) = pairs.iter().min_by(|a, b| a.0.total_cmp(&b.0)) {
+            let _ = writeln!(
+                out,
+                "{wl}  ordered / unordered at equal prefetch: worst {x:.2} (prefetch={}, parallel={}), {} of {} >= 0.9 -> {}",
+                prefetch_label(&r.prefetch),
+                r.parallel,
+                pairs.iter().filter(|p| p.0 >= 0.9).count(),
+                pairs.len(),
+                verdict(*x >= 0.9)
+            );
+        }
+    }
+    // CPU per file <= 1.25x the hand-written loop's at equal concurrency.
+    for wl in ["A", "A~tail", "C", "C~tail"] {
+        let vs: Vec<&Record> = of(wl)
+            .into_iter()
+            .filter(|r| r.cpu_ratio_to_buffer_unordered.is_some())
+            .collect();
+        if let Some(worst) = vs.iter().max_by(|a, b| {
+            a.cpu_ratio_to_buffer_unordered
+                .unwrap_or(0.0)
+                .total_cmp(&b.cpu_ratio_to_buffer_unordered.unwrap_or(0.0))
+        }) {
+            let x = worst.cpu_ratio_to_buffer_unordered.unwrap_or(0.0);
+            let _ = writeln!(
+                out,
+                "{wl}  CPU per file / buffer_unordered's at equal concurrency: worst {x:.2} ({:.3} ms, prefetch={}, parallel={}, ordered={}), {} of {} <= 1.25 -> {}",
+                worst.cpu_per_file_s * 1e3,
+                prefetch_label(&worst.prefetch),
+                worst.parallel,
+                worst.ordered,
+                vs.iter()
+                    .filter(|r| r.cpu_ratio_to_buffer_unordered.unwrap_or(0.0) <= 1.25)
+                    .count(),
+                vs.len(),
+                verdict(x <= 1.25)
+            );
+        }
+    }
+    // Every setting at its default: >= 0.9 of the best fixed setting, and the
+    // 48 / 65 files/s of issue 15's rig (udfchain / DataChain 0.62 defaults).
+    for wl in ["A", "A~tail", "B", "C", "C~tail"] {
+        let runs = of(wl);
+        let Some(default) = runs.iter().find(|r| r.prefetch == "default") else {
+            continue;
+        };
+        let best = runs
+            .iter()
+            .filter(|r| r.ordered)
+            .filter(fixed)
+            .max_by(|a, b| a.files_per_s.total_cmp(&b.files_per_s));
+        if let Some(best) = best {
+            let x = default.files_per_s / best.files_per_s;
+            let _ = writeln!(
+                out,
+                "{wl}  every setting default: {:.1} files/s = {x:.2} of the best fixed (prefetch={}, parallel={}) -> {}",
+                default.files_per_s,
+                prefetch_label(&best.prefetch),
+                best.parallel,
+                verdict(x >= 0.9)
+            );
+        }
+        if wl.starts_with('A') {
+            let _ = writeln!(
+                out,
+                "{wl}  every setting default: {:.1}x DataChain 0.62's default (65 files/s, issue 15's rig, not measured here) -> {}",
+                default.files_per_s / 65.0,
+                verdict(default.files_per_s >= 650.0)
+            );
+        }
+        if wl == "B"
+            && let Some(p8) = runs
+                .iter()
+                .filter(|r| r.ordered && r.parallel == default.parallel)
+                .filter(fixed)
+                .max_by(|a, b| a.files_per_s.total_cmp(&b.files_per_s))
+        {
+            let _ = writeln!(
+                out,
+                "B  every setting default: peak RSS {:.0} MB, temp disk {:.1} MB (best fixed prefetch={}: {:.0} MB, {:.1} MB)",
+                default.peak_rss_bytes as f64 / 1e6,
+                default.peak_tmp_disk_bytes as f64 / 1e6,
+                prefetch_label(&p8.prefetch),
+                p8.peak_rss_bytes as f64 / 1e6,
+                p8.peak_tmp_disk_bytes as f64 / 1e6
+            );
         }
     }
     // udfchain >= 0.9 of buffer_unordered at equal concurrency.

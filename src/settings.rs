@@ -116,13 +116,16 @@ impl Settings {
         Self::default()
     }
 
-    /// Files downloading ahead of each UDF per partition (default 2; 0 = off).
+    /// Exactly `n` files downloading ahead of each UDF per partition (0 = off).
+    /// Without this the window adapts (`prefetch = auto`, the default).
     pub fn prefetch(mut self, n: usize) -> Self {
         self.prefetch = Some(Prefetch::Fixed(n));
         self
     }
 
-    /// Adaptive prefetch.
+    /// Adaptive prefetch (the default): starts at 2 files per partition and
+    /// grows while the UDF waits for downloads, within `max_connections` and
+    /// the memory pool.
     pub fn prefetch_auto(mut self) -> Self {
         self.prefetch = Some(Prefetch::Auto);
         self
@@ -397,7 +400,7 @@ impl Settings {
     }
 
     pub fn get_prefetch(&self) -> Prefetch {
-        self.prefetch.unwrap_or(Prefetch::Fixed(2))
+        self.prefetch.unwrap_or(Prefetch::Auto)
     }
 
     pub fn get_cache(&self) -> bool {

@@ -820,3 +820,235 @@ async fn executing_the_plan_touches_no_disk_until_the_first_row() {
     drop(stream);
     assert!(no_prefetch_dirs_soon(root.path()).await.is_empty());
 }
+
+/// A session whose `memory://<name>` serves `n` files of `size` bytes: the
+/// object whose path contains `slow` answers after `slow_for`, every other
+/// one after 20 ms; GETs are counted (start times, peak in flight).
+async fn one_slow_object(
+    name: &str,
+    n: usize,
+    size: usize,
+    slow: &'static str,
+    slow_for: Duration,
+) -> (Arc<Session>, Arc<CountingStore>) {
+    let inner = Arc::new(InMemory::new());
+    put_files(inner.as_ref(), "", n, |_| size).await;
+    let faulty = FaultyStore::new(
+        inner,
+        move |path| {
+            if path.contains(slow) {
+                slow_for
+            } else {
+                Duration::from_millis(20)
+            }
+        },
+        |_, _| Fault::None,
+    );
+    let counting = CountingStore::new(faulty as _);
+    let session = Session::new();
+    session
+        .register_store(&format!("memory://{name}"), Arc::clone(&counting) as _)
+        .expect("register");
+    (session, counting)
+}
+
+/// Runs `chain` (whose rows carry `file.path`) and returns the paths in
+/// output order with the run's report.
+async fn paths_and_report(chain: Chain) -> (Vec<String>, RunReport) {
+    let (batches, report) = chain
+        .select([col("file.path").alias("path")])
+        .collect_with_report()
+        .await
+        .expect("run");
+    let mut paths = Vec::new();
+    for b in &batches {
+        let col = b.column(0);
+        let strings = udfchain::datafusion::arrow::compute::cast(
+            col,
+            &udfchain::datafusion::arrow::datatypes::DataType::Utf8,
+        )
+        .expect("cast");
+        let strings = strings
+            .as_any()
+            .downcast_ref::<udfchain::datafusion::arrow::array::StringArray>()
+            .expect("strings");
+        paths.extend(strings.iter().flatten().map(str::to_string));
+    }
+    (paths, report)
+}
+
+/// GETs that started before the slow object's GET ended (earlier than
+/// `within` after it started), the slow one included.
+fn started_while_pending(store: &CountingStore, slow: &str, within: Duration) -> usize {
+    let slow_at = store.get_starts(slow)[0];
+    store
+        .get_starts("")
+        .into_iter()
+        .filter(|t| *t < slow_at + within)
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ordered_output_keeps_the_window_in_flight_behind_a_slow_object() {
+    const N: usize = 30;
+    const SIZE: usize = 100;
+    let root = tempfile::tempdir().expect("root");
+    // d0/f0006 is the third row of the listing (d0/f0000, d0/f0003, ...).
+    let (session, store) =
+        one_slow_object("hol", N, SIZE, "d0/f0006", Duration::from_millis(1500)).await;
+    let chain = session
+        .from_storage("memory://hol/")
+        .settings(
+            Settings::new()
+                .prefetch(8)
+                .parallel(1)
+                .ordered(true)
+                .root(root.path()),
+        )
+        .map("len", |f: File| async move {
+            f.read().await.map(|b| b.len() as u64)
+        });
+    let (paths, report) = paths_and_report(chain).await;
+    let mut sorted = paths.clone();
+    sorted.sort();
+    assert_eq!(paths.len(), N);
+    assert_eq!(
+        paths, sorted,
+        "ordered = true keeps the listing order exactly"
+    );
+    assert_eq!(paths[2], "d0/f0006.bin");
+    // Behind the pending slow GET the window keeps 8 requests in flight: every
+    // later object (27 of them, 20 ms each, 7 at a time) is fetched within its
+    // 1.5 s. Counted against the window, the 7 finished rows behind it would
+    // have stopped the requests at 10 (2 before it, it, 7 behind it).
+    let during = started_while_pending(&store, "d0/f0006", Duration::from_millis(1200));
+    assert_eq!(during, N, "GETs started before the slow one ended");
+    assert_eq!(store.peak_in_flight(), 8, "never more than the window");
+    assert_eq!(report.metric("PrefetchExec", "peak_in_flight"), 8);
+    let peak = report.metric("PrefetchExec", "reorder_peak_bytes");
+    assert!(
+        ((N - 3) * SIZE..=(N - 1) * SIZE).contains(&peak),
+        "reorder buffer peak {peak}: the 27 rows behind the slow one"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reorder_buffer_is_bounded_by_bytes_and_is_the_only_backpressure() {
+    const N: usize = 400;
+    const SIZE: usize = 1000;
+    // The bound: 32 windows of 8 rows of 1000 bytes.
+    const BOUND: usize = 32 * 8 * SIZE;
+    let root = tempfile::tempdir().expect("root");
+    let (session, store) =
+        one_slow_object("bounded", N, SIZE, "d0/f0006", Duration::from_secs(3)).await;
+    let chain = session
+        .from_storage("memory://bounded/")
+        .settings(Settings::new().prefetch(8).parallel(1).root(root.path()))
+        .map("len", |f: File| async move {
+            f.read().await.map(|b| b.len() as u64)
+        });
+    let (paths, report) = paths_and_report(chain).await;
+    let mut sorted = paths.clone();
+    sorted.sort();
+    assert_eq!(paths.len(), N);
+    assert_eq!(
+        paths, sorted,
+        "ordered = true keeps the listing order exactly"
+    );
+    let peak = report.metric("PrefetchExec", "reorder_peak_bytes");
+    assert!(
+        peak <= BOUND,
+        "reorder buffer peak {peak} > its bound {BOUND}"
+    );
+    assert!(
+        peak > BOUND - 8 * SIZE,
+        "the buffer filled up behind the slow object: peak {peak}"
+    );
+    // While the slow row (the third) is pending, requests go on until the
+    // buffer is full (256 rows of 1000 bytes after it, ~0.75 s at 7 x 20 ms),
+    // then stop: 259 of the 400 rows.
+    let during = started_while_pending(&store, "d0/f0006", Duration::from_millis(2800));
+    assert!(
+        (BOUND / SIZE..=BOUND / SIZE + 3).contains(&during),
+        "{during} GETs started while the slow one was pending"
+    );
+    assert_eq!(store.peak_in_flight(), 8);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prefetch_is_per_partition_and_max_connections_across_partitions() {
+    let root = tempfile::tempdir().expect("root");
+    let inner = Arc::new(InMemory::new());
+    for p in 0..4 {
+        put_files(inner.as_ref(), &format!("p{p}"), 30, |_| 256).await;
+    }
+    let throttled = ThrottledStore::new(
+        inner,
+        ThrottleConfig {
+            wait_get_per_call: Duration::from_millis(20),
+            ..Default::default()
+        },
+    );
+    let store = CountingStore::new(Arc::new(throttled));
+    let session = Session::new();
+    session
+        .register_store("memory://parts", Arc::clone(&store) as _)
+        .expect("register");
+    // Four listings: the UDF's input has four partitions, each with a window of 8.
+    let four = |max: usize| {
+        let mut chain = session.from_storage("memory://parts/p0/");
+        for p in 1..4 {
+            chain = chain.union(session.from_storage(&format!("memory://parts/p{p}/")));
+        }
+        len_udf(
+            chain.settings(
+                Settings::new()
+                    .prefetch(8)
+                    .parallel(4)
+                    .max_connections(max)
+                    .root(root.path()),
+            ),
+            Duration::from_millis(2),
+        )
+    };
+    let text = four(10).explain_analyze().await.expect("explain analyze");
+    let peak = |text: &str| -> usize {
+        let line = text
+            .lines()
+            .find(|l| l.contains("PrefetchExec:"))
+            .unwrap_or_else(|| panic!("no PrefetchExec in {text}"));
+        let at = line
+            .find("peak_in_flight=")
+            .unwrap_or_else(|| panic!("no peak_in_flight in {line}"));
+        line[at + "peak_in_flight=".len()..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect::<String>()
+            .parse()
+            .expect("a number")
+    };
+    assert!(
+        text.contains("PrefetchExec: prefetch=8") && text.contains("max_connections=10"),
+        "{text}"
+    );
+    let shown = peak(&text);
+    assert!(
+        shown > 8 && shown <= 10,
+        "EXPLAIN ANALYZE peak_in_flight={shown}: more than one partition's 8, within 10"
+    );
+    assert!(
+        store.peak_in_flight() > 8 && store.peak_in_flight() <= 10,
+        "GETs in flight at once: {}",
+        store.peak_in_flight()
+    );
+    // Without the cap the four windows of 8 run together.
+    let store_peak_before = store.peak_in_flight();
+    let report = run_report(&four(64)).await;
+    assert_eq!(report.metric("PrefetchExec", "files_fetched"), 120);
+    assert!(store_peak_before <= 10);
+    assert!(
+        report.metric("PrefetchExec", "peak_in_flight") > 10,
+        "four partitions x prefetch 8 uncapped: {}",
+        report.metric("PrefetchExec", "peak_in_flight")
+    );
+}

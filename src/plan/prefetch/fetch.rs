@@ -35,7 +35,10 @@ pub(super) struct PrefetchMetrics {
     pub(super) cache_hits: Count,
     pub(super) retries: Count,
     pub(super) skipped_files: Count,
+    /// Downloads in flight at once across all partitions (one gauge shared by them).
     pub(super) peak_in_flight: Gauge,
+    /// The most bytes the reorder buffer held (`ordered = true`).
+    pub(super) reorder_peak_bytes: Gauge,
     pub(super) udf_wait: Time,
 }
 
@@ -56,7 +59,8 @@ pub(super) struct Downloads {
     pub(super) source: StoreSource,
     pub(super) connections: Arc<Semaphore>,
     pub(super) on_error: OnError,
-    pub(super) active: AtomicUsize,
+    /// Downloads running across all partitions.
+    pub(super) active: Arc<AtomicUsize>,
     /// The parent of the last virtual file fetched, held one extra time so the
     /// next members of the same shard find it even when the window ran dry
     /// in between (at most one file beyond the window).

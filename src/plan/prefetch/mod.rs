@@ -4,16 +4,21 @@
 //! `window.rs` the `prefetch = auto` policy.
 //!
 //! Guarantees (per partition unless said otherwise):
-//! - at most `prefetch` rows are downloading or downloaded-but-not-yet-taken,
-//!   and at most `max_connections` downloads run across all partitions;
-//! - the bytes of those rows' files are charged to DataFusion's memory pool:
-//!   when the pool refuses, no new download starts until a row is taken (one
-//!   row always proceeds, so a tiny pool slows the run but never stalls it);
+//! - at most `prefetch` downloads are in flight; a row whose download finished
+//!   no longer counts against that window, and at most `max_connections`
+//!   downloads run across all partitions of the operator (one semaphore they
+//!   share); `peak_in_flight` in EXPLAIN ANALYZE is the peak across partitions;
+//! - `ordered = true` emits rows in input order; rows that finish before their
+//!   turn wait in a reorder buffer bounded by bytes (32 windows of the mean
+//!   row; its peak is `reorder_peak_bytes`), and a full reorder buffer is what
+//!   stops new requests (see `stream.rs`); `false` emits in completion order;
+//! - the bytes of every row started and not yet taken (in flight or waiting
+//!   in the reorder buffer) are charged to DataFusion's memory pool: when the
+//!   pool refuses, no new download starts until a row is taken (one row always
+//!   proceeds, so a tiny pool slows the run but never stalls it);
 //! - a row is emitted only when every `File` in it has a complete local copy
 //!   (a temp file, or a shared-cache entry, pinned so that no pruning removes
 //!   it until the row is released); the UDF's `File` reads then go to that copy;
-//! - `ordered = true` emits rows in input order; `false` in completion order,
-//!   so one slow object does not hold back the rest;
 //! - every download is a task aborted when the stream is dropped; the temp dir
 //!   (see `TempCache`) goes away with the stream;
 //! - a download that fails after retries fails the query naming the file
@@ -23,14 +28,16 @@
 //!   a null (`null`); each file of a row
 //!   passed on holds exactly one reference in the temp cache, released by the
 //!   UDF when the row is done.
-//! - `prefetch = auto` sizes the window by Little's law, within 1..=max_connections:
-//!   eight times the rows the UDF takes per round trip (the shortest recent time
-//!   to first byte; the larger of the last round trip's count and the mean of
-//!   the last four), shrinking by at most one per row taken. While downloads are
-//!   the bottleneck every row of a round trip is taken, so the window grows
+//! - `prefetch = auto` (the default) sizes the window by Little's law, within
+//!   1..=max_connections, starting at 2: eight times the rows the UDF takes per
+//!   round trip (the *mean* time to first byte of the last 128 downloads; the
+//!   larger of the last round trip's count and the mean of the last four),
+//!   shrinking by at most one per row taken. While downloads are the
+//!   bottleneck every row of a round trip is taken, so the window grows
 //!   eightfold per round trip up to the cap; when the UDF, the bandwidth or the
 //!   server is the bottleneck, the rows taken per round trip stop growing and the
-//!   window settles at eight times what the UDF consumes per round trip.
+//!   window settles at eight times what the UDF consumes per round trip. A
+//!   stall takes no row, so it shrinks nothing.
 //! - the UDF operator above gets this partition's local copies as a
 //!   [`PrefetchHandle`] returned with the stream by
 //!   [`PrefetchExec::execute_with_copies`]: no lookup by partition number, and
@@ -50,7 +57,7 @@ use datafusion::error::Result as DfResult;
 use datafusion::execution::memory_pool::MemoryConsumer;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::EquivalenceProperties;
-use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder};
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, Gauge, MetricBuilder};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use tokio::sync::Semaphore;
@@ -62,7 +69,7 @@ use crate::plan::batches::unary_exec_boilerplate;
 use crate::plan::skip_list::SkipList;
 use crate::settings::{OnError, Prefetch};
 use fetch::{Downloads, PrefetchMetrics};
-use stream::{PrefetchStream, Queue};
+use stream::PrefetchStream;
 use window::AutoWindow;
 
 /// What one partition of a `PrefetchExec` hands to the UDF operator above it,
@@ -98,6 +105,9 @@ pub struct PrefetchExec {
     file_cols: Vec<usize>,
     options: PrefetchOptions,
     connections: Arc<Semaphore>,
+    /// Downloads running across all partitions, and their peak.
+    active: Arc<AtomicUsize>,
+    peak_in_flight: Gauge,
     skipped: Arc<SkipList>,
     properties: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
@@ -113,14 +123,17 @@ impl PrefetchExec {
         if !options.ordered {
             properties = properties.with_eq_properties(EquivalenceProperties::new(input.schema()));
         }
+        let metrics = ExecutionPlanMetricsSet::new();
         Self {
             connections: Arc::new(Semaphore::new(options.max_connections.max(1))),
+            active: Arc::default(),
+            peak_in_flight: MetricBuilder::new(&metrics).global_gauge("peak_in_flight"),
             input,
             file_cols,
             options,
             skipped: Arc::default(),
             properties: Arc::new(properties),
-            metrics: ExecutionPlanMetricsSet::new(),
+            metrics,
         }
     }
 
@@ -165,7 +178,9 @@ impl PrefetchExec {
             cache_hits: m("cache_hits"),
             retries: m("retries"),
             skipped_files: m("skipped_files"),
-            peak_in_flight: MetricBuilder::new(&self.metrics).gauge("peak_in_flight", partition),
+            peak_in_flight: self.peak_in_flight.clone(),
+            reorder_peak_bytes: MetricBuilder::new(&self.metrics)
+                .gauge("reorder_peak_bytes", partition),
             udf_wait: MetricBuilder::new(&self.metrics).subset_time("udf_wait", partition),
         };
         let (window, auto) = match self.options.prefetch {
@@ -175,40 +190,39 @@ impl PrefetchExec {
                 (auto.initial(), Some(auto))
             }
         };
-        let state = PrefetchStream {
+        let reservation =
+            MemoryConsumer::new(format!("PrefetchExec[{partition}]")).register(ctx.memory_pool());
+        let shared = Arc::new(Downloads {
+            file_cols: self.file_cols.clone(),
+            temp,
+            pins,
+            shared: OnceLock::new(),
+            cache_dir: self.options.root.join("cache"),
+            cache_limit: self.options.cache_limit,
+            into_cache: self.options.cache,
+            memory_file_limit: self.options.memory_file_limit,
+            source: StoreSource::new(
+                ctx.runtime_env(),
+                self.options.storage_options.clone(),
+                None,
+            ),
+            connections: Arc::clone(&self.connections),
+            on_error: self.options.on_error,
+            active: Arc::clone(&self.active),
+            fetching: Mutex::default(),
+            pinned: Mutex::default(),
+            skipped: Arc::clone(&self.skipped),
+            metrics,
+            round_trip: Mutex::default(),
+        });
+        let state = PrefetchStream::new(
             input,
-            prepared: false,
-            input_done: false,
-            rows: Default::default(),
-            queue: Queue::new(self.options.ordered),
+            self.options.ordered,
             window,
             auto,
-            reservation: MemoryConsumer::new(format!("PrefetchExec[{partition}]"))
-                .register(ctx.memory_pool()),
-            shared: Arc::new(Downloads {
-                file_cols: self.file_cols.clone(),
-                temp,
-                pins,
-                shared: OnceLock::new(),
-                cache_dir: self.options.root.join("cache"),
-                cache_limit: self.options.cache_limit,
-                into_cache: self.options.cache,
-                memory_file_limit: self.options.memory_file_limit,
-                source: StoreSource::new(
-                    ctx.runtime_env(),
-                    self.options.storage_options.clone(),
-                    None,
-                ),
-                connections: Arc::clone(&self.connections),
-                on_error: self.options.on_error,
-                active: AtomicUsize::new(0),
-                fetching: Mutex::default(),
-                pinned: Mutex::default(),
-                skipped: Arc::clone(&self.skipped),
-                metrics,
-                round_trip: Mutex::default(),
-            }),
-        };
+            reservation,
+            shared,
+        );
         let schema = self.input.schema();
         let stream = futures::stream::unfold(state, |mut s| async move {
             let next = s.next().await?;

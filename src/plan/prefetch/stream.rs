@@ -2,14 +2,32 @@
 //! window of their downloads in flight, and hands rows on (in input order, or
 //! as they finish with `ordered = false`) once their files have local copies.
 //!
-//! Guarantees: at most `window` rows are downloading or downloaded-but-not-taken;
-//! their bytes are charged to the memory pool (one row always proceeds, so a
-//! tiny pool slows the run but never stalls it); input is pulled before a
-//! finished row is handed on whenever the window has room, so a burst of
-//! finished rows never drains the window while input is ready; every download
-//! is a task aborted when the stream is dropped.
+//! Two separate bounds:
+//! - the **window** counts requests actually outstanding: at most `window`
+//!   rows are downloading at once. A row whose download finished never counts
+//!   against it, so under `ordered = true` a slow object does not shrink the
+//!   number of requests in flight behind it;
+//! - the **reorder buffer** (`ordered = true` only) holds rows that finished
+//!   before their turn. It is bounded by bytes: the file bytes of the rows it
+//!   holds, plus those of the rows in flight that may land in it (every row in
+//!   flight but the next one due), stay within [`REORDER_WINDOWS`] times the
+//!   window times the mean bytes of a row started so far (each row counting at
+//!   least one byte). When a new row would not fit, no new request starts until
+//!   rows are handed on: **a full reorder buffer is the only backpressure on
+//!   the window** (besides the memory pool below). The next row due always
+//!   starts, so a single row larger than the bound still proceeds; the buffer's
+//!   peak is the `reorder_peak_bytes` metric.
+//!
+//! Other guarantees: the bytes of every row started and not yet handed on (in
+//! flight or in the reorder buffer) are charged to the memory pool; when the
+//! pool refuses, no new request starts until a row is handed on (one row always
+//! proceeds, so a tiny pool slows the run but never stalls it); input is pulled
+//! before a finished row is handed on whenever the window has room, so a burst
+//! of finished rows never drains the window while input is ready; every
+//! download is a task aborted when the stream is dropped; a download error is
+//! returned in its row's turn under `ordered = true`.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -17,8 +35,9 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::error::Result as DfResult;
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::execution::memory_pool::MemoryReservation;
+use datafusion::physical_plan::metrics::Gauge;
 use futures::StreamExt;
-use futures::stream::{FuturesOrdered, FuturesUnordered};
+use futures::stream::FuturesUnordered;
 use udfchain_udfs::{File, decode_column};
 
 use super::fetch::Downloads;
@@ -27,8 +46,17 @@ use crate::error::Error;
 use crate::plan::batches::slices;
 use crate::runtime::{PoolTask, spawn_on};
 
+/// The reorder buffer may hold this many windows' worth of bytes: with a
+/// window sized for the mean round trip (~30 ms under the bench's tail model),
+/// 32 windows keep requests going through a 1 s stall of the row due. Four
+/// windows held them for ~0.1 s of it, and ordered output lost most of each
+/// stall to unordered output. The memory pool caps it like every prefetched byte.
+pub(super) const REORDER_WINDOWS: usize = 32;
+
 /// A finished fetch of one row.
 pub(super) struct Fetched {
+    /// The row's position in the partition's input.
+    seq: u64,
     /// The row, `None` if skipped.
     row: DfResult<Option<RecordBatch>>,
     /// Bytes charged to the memory pool for it.
@@ -37,42 +65,80 @@ pub(super) struct Fetched {
 
 pub(super) type Fetch = PoolTask<Fetched>;
 
-pub(super) enum Queue {
-    Ordered(FuturesOrdered<Fetch>),
-    Unordered(FuturesUnordered<Fetch>),
+/// `ordered = true`: the rows that finished before their turn.
+#[derive(Default)]
+pub(super) struct Reorder {
+    /// The seq of the next row to hand on.
+    next: u64,
+    /// Finished rows by seq, each with the bytes it counts in `bytes` (0 for
+    /// a row that finished in its turn).
+    done: BTreeMap<u64, (Fetched, usize)>,
+    /// Bytes (at least one per row) of the rows in `done`.
+    bytes: usize,
+    /// Bytes of each row in flight, by seq.
+    in_flight: BTreeMap<u64, usize>,
+    /// Sum of `in_flight`.
+    in_flight_bytes: usize,
+    /// Bytes and rows started so far (for the mean row size).
+    started_bytes: usize,
+    started_rows: usize,
 }
 
-impl Queue {
-    pub(super) fn push(&mut self, f: Fetch) {
-        match self {
-            Self::Ordered(q) => q.push_back(f),
-            Self::Unordered(q) => q.push(f),
-        }
+impl Reorder {
+    /// Bytes the buffer may come to hold: what it holds plus every row in
+    /// flight except the next one due (handed on as soon as it finishes).
+    fn committed(&self) -> usize {
+        self.bytes + self.in_flight_bytes - self.in_flight.get(&self.next).copied().unwrap_or(0)
     }
 
-    pub(super) fn len(&self) -> usize {
-        match self {
-            Self::Ordered(q) => q.len(),
-            Self::Unordered(q) => q.len(),
-        }
+    /// The bound on `committed` for a window of `window` rows.
+    fn limit(&self, window: usize) -> usize {
+        let mean = self.started_bytes.div_ceil(self.started_rows.max(1)).max(1);
+        REORDER_WINDOWS * window * mean
     }
 
-    pub(super) async fn next(&mut self) -> Option<Result<Fetched, String>> {
-        match self {
-            Self::Ordered(q) => q.next().await,
-            Self::Unordered(q) => q.next().await,
+    /// Whether row `seq` of `cost` bytes may start now.
+    fn admits(&self, seq: u64, cost: usize, window: usize) -> bool {
+        seq == self.next || self.committed() + cost <= self.limit(window)
+    }
+
+    fn started(&mut self, seq: u64, cost: usize) {
+        self.in_flight.insert(seq, cost);
+        self.in_flight_bytes += cost;
+        self.started_bytes += cost;
+        self.started_rows += 1;
+    }
+
+    /// A row finished: into the buffer (its turn comes out of `pop`).
+    fn finished(&mut self, f: Fetched, peak: &Gauge) {
+        let mut counted = 0;
+        if let Some(cost) = self.in_flight.remove(&f.seq) {
+            self.in_flight_bytes -= cost;
+            if f.seq != self.next {
+                counted = cost;
+                self.bytes += cost;
+                peak.set_max(self.bytes);
+            }
         }
+        self.done.insert(f.seq, (f, counted));
+    }
+
+    /// The next row due, if it finished.
+    fn pop(&mut self) -> Option<Fetched> {
+        let (f, counted) = self.done.remove(&self.next)?;
+        self.next += 1;
+        self.bytes -= counted;
+        Some(f)
+    }
+
+    fn head_ready(&self) -> bool {
+        self.done.contains_key(&self.next)
     }
 }
 
-impl Queue {
-    pub(super) fn new(ordered: bool) -> Self {
-        if ordered {
-            Self::Ordered(FuturesOrdered::new())
-        } else {
-            Self::Unordered(FuturesUnordered::new())
-        }
-    }
+/// What a row counts against the reorder bound: its file bytes, at least one.
+fn cost_of(bytes: usize) -> usize {
+    bytes.max(1)
 }
 
 pub(super) struct PrefetchStream {
@@ -82,7 +148,12 @@ pub(super) struct PrefetchStream {
     pub(super) input_done: bool,
     /// Rows not started yet, each with its files (decoded once per input batch).
     pub(super) rows: VecDeque<(RecordBatch, Vec<File>)>,
-    pub(super) queue: Queue,
+    /// The downloads in flight (never a finished one).
+    pub(super) in_flight: FuturesUnordered<Fetch>,
+    /// `ordered = true`: rows that finished before their turn.
+    pub(super) reorder: Option<Reorder>,
+    /// The seq of the next row to start.
+    pub(super) next_seq: u64,
     pub(super) window: usize,
     /// `prefetch = auto`: the policy that sizes `window`.
     pub(super) auto: Option<AutoWindow>,
@@ -91,6 +162,59 @@ pub(super) struct PrefetchStream {
 }
 
 impl PrefetchStream {
+    /// A stream over `input`: in input order when `ordered`.
+    pub(super) fn new(
+        input: SendableRecordBatchStream,
+        ordered: bool,
+        window: usize,
+        auto: Option<AutoWindow>,
+        reservation: MemoryReservation,
+        shared: Arc<Downloads>,
+    ) -> Self {
+        Self {
+            input,
+            prepared: false,
+            input_done: false,
+            rows: VecDeque::new(),
+            in_flight: FuturesUnordered::new(),
+            reorder: ordered.then(Reorder::default),
+            next_seq: 0,
+            window,
+            auto,
+            reservation,
+            shared,
+        }
+    }
+
+    /// Starts rows while the window, the reorder buffer and the memory pool
+    /// have room.
+    fn fill(&mut self) {
+        while self.in_flight.len() < self.window {
+            let Some((_, files)) = self.rows.front() else {
+                break;
+            };
+            // A virtual file is charged its parent, the object downloaded.
+            let bytes: usize = files.iter().map(|f| f.parent().size as usize).sum();
+            if let Some(r) = &self.reorder
+                && !r.admits(self.next_seq, cost_of(bytes), self.window)
+            {
+                break; // the reorder buffer is full: wait for a row to be handed on
+            }
+            if self.reservation.try_grow(bytes).is_err() {
+                if !self.in_flight.is_empty()
+                    || self.reorder.as_ref().is_some_and(|r| r.head_ready())
+                {
+                    break; // the memory budget is spent: wait for a row to be handed on
+                }
+                self.reservation.grow(bytes);
+            }
+            let Some((row, files)) = self.rows.pop_front() else {
+                break;
+            };
+            self.start(row, files, bytes);
+        }
+    }
+
     pub(super) async fn next(&mut self) -> Option<DfResult<RecordBatch>> {
         if !self.prepared {
             if let Err(e) = self.shared.prepare().await {
@@ -99,59 +223,63 @@ impl PrefetchStream {
             self.prepared = true;
         }
         loop {
-            while self.queue.len() < self.window {
-                let Some((_, files)) = self.rows.front() else {
-                    break;
-                };
-                // A virtual file is charged its parent, the object downloaded.
-                let bytes = files.iter().map(|f| f.parent().size as usize).sum();
-                if self.reservation.try_grow(bytes).is_err() {
-                    if self.queue.len() > 0 {
-                        break; // the memory budget is spent: wait for a row to be taken
-                    }
-                    self.reservation.grow(bytes);
-                }
-                let Some((row, files)) = self.rows.pop_front() else {
-                    break;
-                };
-                self.start(row, files, bytes);
-            }
-            if self.queue.len() == 0 && self.rows.is_empty() && self.input_done {
+            self.fill();
+            let head_ready = self.reorder.as_ref().is_some_and(|r| r.head_ready());
+            if self.in_flight.is_empty() && !head_ready && self.rows.is_empty() && self.input_done {
                 // Every row is out: the pin has no next member to serve.
                 self.shared.unpin();
                 return None;
             }
             let want_input =
-                !self.input_done && self.rows.is_empty() && self.queue.len() < self.window;
+                !self.input_done && self.rows.is_empty() && self.in_flight.len() < self.window;
             let waited = Instant::now();
             // Input first: a window with room and no rows to start must be
             // refilled before the next finished row is handed out, or a burst
             // of finished rows drains the window while input is ready.
-            tokio::select! {
+            let done = tokio::select! {
                 biased;
-                batch = self.input.next(), if want_input => match batch {
-                    Some(Ok(b)) => match rows_with_files(&b, &self.shared.file_cols) {
-                        Ok(rows) => self.rows.extend(rows),
-                        Err(e) => return Some(Err(e)),
-                    },
-                    Some(Err(e)) => return Some(Err(e)),
-                    None => self.input_done = true,
-                },
-                done = self.queue.next(), if self.queue.len() > 0 => {
-                    let wait = waited.elapsed();
-                    self.shared.metrics.udf_wait.add_duration(wait);
-                    if let Some(Ok(f)) = &done {
-                        self.reservation.shrink(f.bytes);
-                        self.adapt();
+                batch = self.input.next(), if want_input => {
+                    match batch {
+                        Some(Ok(b)) => match rows_with_files(&b, &self.shared.file_cols) {
+                            Ok(rows) => self.rows.extend(rows),
+                            Err(e) => return Some(Err(e)),
+                        },
+                        Some(Err(e)) => return Some(Err(e)),
+                        None => self.input_done = true,
                     }
+                    continue;
+                }
+                () = std::future::ready(()), if head_ready => None,
+                done = self.in_flight.next(), if !self.in_flight.is_empty() => {
+                    self.shared.metrics.udf_wait.add_duration(waited.elapsed());
                     match done {
-                        Some(Ok(Fetched { row: Ok(Some(row)), .. })) => return Some(Ok(row)),
-                        Some(Ok(Fetched { row: Ok(None), .. })) => continue,
-                        Some(Ok(Fetched { row: Err(e), .. })) => return Some(Err(e)),
-                        Some(Err(panic)) => return Some(Err(Error::internal(format!("prefetch task {panic}")).into_df())),
+                        Some(Ok(f)) => Some(f),
+                        Some(Err(panic)) => {
+                            return Some(Err(Error::internal(format!("prefetch task {panic}")).into_df()));
+                        }
                         None => continue,
                     }
                 }
+            };
+            let fetched = match (&mut self.reorder, done) {
+                (None, Some(f)) => f,
+                (None, None) => continue,
+                (Some(r), done) => {
+                    if let Some(f) = done {
+                        r.finished(f, &self.shared.metrics.reorder_peak_bytes);
+                    }
+                    match r.pop() {
+                        Some(f) => f,
+                        None => continue,
+                    }
+                }
+            };
+            self.reservation.shrink(fetched.bytes);
+            self.adapt();
+            match fetched.row {
+                Ok(Some(row)) => return Some(Ok(row)),
+                Ok(None) => continue,
+                Err(e) => return Some(Err(e)),
             }
         }
     }
@@ -175,12 +303,17 @@ impl PrefetchStream {
     }
 
     fn start(&mut self, row: RecordBatch, files: Vec<File>, bytes: usize) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        if let Some(r) = &mut self.reorder {
+            r.started(seq, cost_of(bytes));
+        }
         let shared = Arc::clone(&self.shared);
         let task = spawn_on(&tokio::runtime::Handle::current(), async move {
             let row = shared.fetch_row(row, files).await;
-            Fetched { row, bytes }
+            Fetched { seq, row, bytes }
         });
-        self.queue.push(task);
+        self.in_flight.push(task);
     }
 }
 
@@ -205,4 +338,44 @@ pub(super) fn rows_with_files(
             (row, files)
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::physical_plan::metrics::Gauge;
+
+    fn fetched(seq: u64, bytes: usize) -> Fetched {
+        Fetched {
+            seq,
+            row: Ok(None),
+            bytes,
+        }
+    }
+
+    #[test]
+    fn the_reorder_buffer_never_holds_more_than_its_bound() {
+        // Window 2 of 10-byte rows: the bound is 32 x 2 x 10 = 640 bytes.
+        let (mut r, peak) = (Reorder::default(), Gauge::new());
+        let mut seq = 0;
+        // Row 0 (the head) is slow; everything after it finishes at once.
+        while r.admits(seq, 10, 2) {
+            r.started(seq, 10);
+            if seq > 0 {
+                r.finished(fetched(seq, 10), &peak);
+            }
+            seq += 1;
+            assert!(seq < 100, "admitted without bound");
+        }
+        assert_eq!(r.limit(2), 640);
+        assert_eq!(seq, 65, "the head plus 64 rows of 10 bytes fill 640 bytes");
+        assert_eq!(peak.value(), 640);
+        assert!(r.pop().is_none(), "the head is still in flight");
+        r.finished(fetched(0, 10), &peak);
+        for want in 0..65 {
+            assert_eq!(r.pop().map(|f| f.seq), Some(want));
+        }
+        assert_eq!((r.bytes, r.committed()), (0, 0));
+        assert!(r.admits(seq, 1_000, 2), "the next row due always starts");
+    }
 }
