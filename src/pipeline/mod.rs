@@ -42,6 +42,7 @@ pub mod storage;
 pub mod supervisor;
 pub mod trigger;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 pub use config::PipelineConfig;
@@ -52,6 +53,7 @@ pub use supervisor::{Range, StopHandle, dataset_name};
 use crate::error::Result;
 use crate::pipeline::hook::{CompletedCallback, Hook};
 use crate::pipeline::selector::ScoreFn;
+use crate::pipeline::storage::FeatureFn;
 use crate::pipeline::supervisor::Supervisor;
 use crate::session::Session;
 
@@ -66,6 +68,7 @@ pub struct Pipeline {
     session: Arc<Session>,
     hook: Hook,
     scores: Option<Arc<dyn ScoreFn>>,
+    feature_fns: HashMap<String, FeatureFn>,
     on_completed: Option<CompletedCallback>,
     max_triggers: Option<u64>,
 }
@@ -84,6 +87,7 @@ impl Pipeline {
             session: Session::global(),
             hook,
             scores: None,
+            feature_fns: HashMap::new(),
             on_completed: None,
             max_triggers: None,
         }
@@ -141,6 +145,20 @@ impl Pipeline {
         self
     }
 
+    /// The embedding UDF a drift trigger names with `feature: {udf: "name"}`:
+    /// it gets each sample's bytes (the file for single_sample, the record
+    /// after its label for binary, the row's fields joined by the separator
+    /// for csv) and returns its features, computed once when the sample is
+    /// ingested and kept in the pipeline's state.
+    pub fn feature_fn(
+        mut self,
+        name: &str,
+        f: impl Fn(&[u8]) -> std::result::Result<Vec<f32>, String> + Send + Sync + 'static,
+    ) -> Self {
+        self.feature_fns.insert(name.to_string(), Arc::new(f));
+        self
+    }
+
     /// The Flight address given to the training command (`UDFCHAIN_FLIGHT_ADDR`).
     pub fn flight_addr(mut self, addr: impl Into<String>) -> Self {
         self.hook.flight_addr = Some(addr.into());
@@ -159,6 +177,7 @@ impl Pipeline {
             Arc::clone(&self.session),
             self.hook.clone(),
             self.scores.clone(),
+            &self.feature_fns,
             self.on_completed.clone(),
         )?;
         if let Some(y) = &self.yaml {

@@ -39,8 +39,33 @@ pub struct RawSample {
     pub index: u64,
     pub timestamp: i64,
     pub label: i64,
-    /// The numeric feature column the trigger asked for (csv only).
-    pub feature: Option<f32>,
+    /// The features the trigger asked for: a csv column, or what a
+    /// [`FeatureFn`] made of the sample's bytes.
+    pub feature: Option<Vec<f32>>,
+}
+
+/// A trigger's embedding UDF (`feature: {udf: "name"}`): the sample's bytes ->
+/// its features. The bytes are the file (single_sample), the record after its
+/// label (binary), or the CSV row's fields joined by the separator (csv). An
+/// `Err` names what is wrong with the sample; it stops the ingest.
+pub type FeatureFn = Arc<dyn Fn(&[u8]) -> std::result::Result<Vec<f32>, String> + Send + Sync>;
+
+/// Where the features of a sample come from.
+#[derive(Clone)]
+pub enum Features {
+    /// A numeric CSV column.
+    Column(usize),
+    /// A Rust embedding function.
+    Udf(FeatureFn),
+}
+
+impl Features {
+    fn of(&self, bytes: &[u8]) -> std::result::Result<Vec<f32>, String> {
+        match self {
+            Self::Udf(f) => f(bytes),
+            Self::Column(c) => Err(format!("feature column {c} needs the csv format")),
+        }
+    }
 }
 
 #[derive(Serialize, Deserialize)]
@@ -90,15 +115,15 @@ pub async fn read_all(
     session: &Arc<Session>,
     data: &DataConfig,
     files: &[File],
-    feature_column: Option<usize>,
+    features: Option<Features>,
 ) -> Result<Vec<Vec<RawSample>>> {
     let store = session.store(&data.uri)?;
     // Owned values in the futures: a borrowing closure here makes the
     // caller's future not `Send` (a higher-ranked lifetime error in spawn).
     let data = Arc::new(data.clone());
     futures::stream::iter(files.iter().cloned().map(move |f| {
-        let (store, data) = (Arc::clone(&store), Arc::clone(&data));
-        async move { read_samples(&store, &data, &f, feature_column).await }
+        let (store, data, features) = (Arc::clone(&store), Arc::clone(&data), features.clone());
+        async move { read_samples(&store, &data, &f, features.as_ref()).await }
     }))
     .buffered(READ_AHEAD)
     .try_collect()
@@ -110,7 +135,7 @@ pub async fn read_samples(
     store: &Arc<dyn ObjectStore>,
     data: &DataConfig,
     file: &File,
-    feature_column: Option<usize>,
+    features: Option<&Features>,
 ) -> Result<Vec<RawSample>> {
     let mtime = file_timestamp(file);
     let name = || format!("{}/{}", file.source.trim_end_matches('/'), file.path);
@@ -139,20 +164,24 @@ pub async fn read_samples(
                     )
                 })?,
             };
+            let feature = match features {
+                Some(f) => Some(f.of(&download(store, file).await?).map_err(bad)?),
+                None => None,
+            };
             Ok(vec![RawSample {
                 index: 0,
                 timestamp: mtime?,
                 label,
-                feature: None,
+                feature,
             }])
         }
         Format::Csv(c) => {
             let bytes = download(store, file).await?;
-            parse_csv(&bytes, c, &data.timestamp, mtime, feature_column).map_err(bad)
+            parse_csv(&bytes, c, &data.timestamp, mtime, features).map_err(bad)
         }
         Format::Binary(b) => {
             let bytes = download(store, file).await?;
-            parse_binary(&bytes, b, mtime?).map_err(bad)
+            parse_binary(&bytes, b, mtime?, features).map_err(bad)
         }
     }
 }
@@ -212,7 +241,7 @@ pub fn parse_csv(
     c: &CsvFormat,
     ts: &TimestampSource,
     mtime: Result<i64>,
-    feature_column: Option<usize>,
+    features: Option<&Features>,
 ) -> std::result::Result<Vec<RawSample>, String> {
     let mut reader = csv::ReaderBuilder::new()
         .has_headers(c.header)
@@ -246,12 +275,20 @@ pub fn parse_csv(
             TimestampSource::Mtime => mtime,
             TimestampSource::Column(col) => int(*col, "timestamp")?,
         };
-        let feature = match feature_column {
-            Some(col) => {
-                let v = field(col, "feature")?;
-                Some(v.parse::<f32>().map_err(|_| {
+        let feature = match features {
+            Some(Features::Column(col)) => {
+                let v = field(*col, "feature")?;
+                Some(vec![v.parse::<f32>().map_err(|_| {
                     format!("CSV row {index}: feature column {col} is {v:?}, not a number")
-                })?)
+                })?])
+            }
+            Some(f) => {
+                let sep = c.separator.unwrap_or(',').to_string();
+                let row = record.iter().collect::<Vec<_>>().join(&sep);
+                Some(
+                    f.of(row.as_bytes())
+                        .map_err(|e| format!("CSV row {index}: {e}"))?,
+                )
             }
             None => None,
         };
@@ -271,6 +308,7 @@ pub fn parse_binary(
     bytes: &[u8],
     b: &BinaryFormat,
     timestamp: i64,
+    features: Option<&Features>,
 ) -> std::result::Result<Vec<RawSample>, String> {
     if !bytes.len().is_multiple_of(b.record_size) {
         return Err(format!(
@@ -279,7 +317,7 @@ pub fn parse_binary(
             b.record_size
         ));
     }
-    Ok(bytes
+    bytes
         .chunks_exact(b.record_size)
         .enumerate()
         .map(|(i, rec)| {
@@ -295,14 +333,21 @@ pub fn parse_binary(
                     u64::from_be_bytes(buf)
                 }
             };
-            RawSample {
+            let feature = match features {
+                Some(f) => Some(
+                    f.of(&rec[b.label_size..])
+                        .map_err(|e| format!("record {i}: {e}"))?,
+                ),
+                None => None,
+            };
+            Ok(RawSample {
                 index: i as u64,
                 timestamp,
                 label: label as i64,
-                feature: None,
-            }
+                feature,
+            })
         })
-        .collect())
+        .collect()
 }
 
 #[cfg(test)]
@@ -328,7 +373,7 @@ mod tests {
             label_size: 4,
             byte_order: ByteOrder::Little,
         };
-        let s = parse_binary(&bytes, &little, 5).expect("parse");
+        let s = parse_binary(&bytes, &little, 5, None).expect("parse");
         assert_eq!(
             s.iter().map(|s| s.label).collect::<Vec<_>>(),
             [1, 0x0201_0000]
@@ -338,12 +383,12 @@ mod tests {
             byte_order: ByteOrder::Big,
             ..little.clone()
         };
-        let s = parse_binary(&bytes, &big, 5).expect("parse");
+        let s = parse_binary(&bytes, &big, 5, None).expect("parse");
         assert_eq!(
             s.iter().map(|s| s.label).collect::<Vec<_>>(),
             [0x0100_0000, 0x0102]
         );
-        assert!(parse_binary(&bytes[..7], &little, 5).is_err());
+        assert!(parse_binary(&bytes[..7], &little, 5, None).is_err());
     }
 
     #[test]
@@ -354,7 +399,14 @@ mod tests {
             header: true,
             separator: None,
         };
-        let s = parse_csv(text, &c, &TimestampSource::Column(2), Ok(7), Some(0)).expect("parse");
+        let s = parse_csv(
+            text,
+            &c,
+            &TimestampSource::Column(2),
+            Ok(7),
+            Some(&Features::Column(0)),
+        )
+        .expect("parse");
         assert_eq!(
             s,
             vec![
@@ -362,13 +414,13 @@ mod tests {
                     index: 0,
                     timestamp: 100,
                     label: 1,
-                    feature: Some(0.5)
+                    feature: Some(vec![0.5])
                 },
                 RawSample {
                     index: 1,
                     timestamp: 101,
                     label: 0,
-                    feature: Some(1.5)
+                    feature: Some(vec![1.5])
                 },
             ]
         );

@@ -25,7 +25,7 @@
 //! `max_triggers` counts triggers finished by this run; triggers computed but
 //! not finished stay pending for the next run.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -40,7 +40,7 @@ use crate::pipeline::hook::{CompletedCallback, Hook};
 use crate::pipeline::sample::Sample;
 use crate::pipeline::selector::{ScoreFn, Strategy, build_strategy};
 use crate::pipeline::state::{self, SqlErr, TriggerRecord};
-use crate::pipeline::storage;
+use crate::pipeline::storage::{self, FeatureFn, Features};
 use crate::pipeline::trigger::{FeatureSource, Trigger, build_trigger};
 use crate::session::Session;
 use crate::udfs::File;
@@ -97,7 +97,7 @@ pub struct Supervisor {
     sql: SqlErr,
     trigger: Box<dyn Trigger>,
     strategy: Box<dyn Strategy>,
-    feature_column: Option<usize>,
+    features: Option<Features>,
     hook: Hook,
     on_completed: Option<CompletedCallback>,
     // Held for as long as the supervisor lives: one run per pipeline.
@@ -113,6 +113,7 @@ impl Supervisor {
         session: Arc<Session>,
         mut hook: Hook,
         scores: Option<Arc<dyn ScoreFn>>,
+        feature_fns: &HashMap<String, FeatureFn>,
         on_completed: Option<CompletedCallback>,
     ) -> Result<Self> {
         config.check()?;
@@ -145,10 +146,10 @@ impl Supervisor {
         let mut strategy = build_strategy(&config.selection, scores)?;
         trigger.open(&db)?;
         strategy.open(&db)?;
-        let feature_column = match trigger.features() {
+        let features = match trigger.features() {
             None => None,
             Some(FeatureSource::Column(c)) if matches!(config.data.format, Format::Csv(_)) => {
-                Some(c)
+                Some(Features::Column(c))
             }
             Some(FeatureSource::Column(_)) => {
                 return Err(Error::Pipeline {
@@ -157,16 +158,22 @@ impl Supervisor {
                     source: None,
                 });
             }
-            Some(FeatureSource::Udf(name)) => {
-                return Err(Error::Pipeline {
-                    pipeline: config.name.clone(),
-                    reason: format!(
-                        "trigger features from UDF {name:?} are not supported by the supervisor yet \
-                         (use a csv feature column)"
-                    ),
-                    source: None,
-                });
-            }
+            Some(FeatureSource::Udf(name)) => match feature_fns.get(&name) {
+                Some(f) => Some(Features::Udf(Arc::clone(f))),
+                None => {
+                    let mut known: Vec<&str> = feature_fns.keys().map(String::as_str).collect();
+                    known.sort_unstable();
+                    return Err(Error::Pipeline {
+                        pipeline: config.name.clone(),
+                        reason: format!(
+                            "the drift trigger's feature UDF {name:?} is not registered \
+                             (Pipeline::feature_fn; registered: [{}])",
+                            known.join(", ")
+                        ),
+                        source: None,
+                    });
+                }
+            },
         };
         hook.pipeline = config.name.clone();
         hook.root = root;
@@ -177,7 +184,7 @@ impl Supervisor {
             sql,
             trigger,
             strategy,
-            feature_column,
+            features,
             hook,
             on_completed,
             _lock: lock,
@@ -271,11 +278,17 @@ impl Supervisor {
         if new.is_empty() {
             return Ok(0);
         }
-        let read = storage::read_all(&self.session, &data, &new, self.feature_column).await?;
-        let mut samples: Vec<(i64, &str, u64, i64, Option<f32>)> = Vec::new();
+        let read = storage::read_all(&self.session, &data, &new, self.features.clone()).await?;
+        let mut samples: Vec<(i64, &str, u64, i64, Option<&[f32]>)> = Vec::new();
         for (f, rows) in new.iter().zip(&read) {
             for r in rows {
-                samples.push((r.timestamp, f.path.as_str(), r.index, r.label, r.feature));
+                samples.push((
+                    r.timestamp,
+                    f.path.as_str(),
+                    r.index,
+                    r.label,
+                    r.feature.as_deref(),
+                ));
             }
         }
         samples.sort_by(|a, b| (a.0, a.1, a.2).cmp(&(b.0, b.1, b.2)));
@@ -317,7 +330,7 @@ impl Supervisor {
                 )
                 .map_err(e)?;
             for (ts, path, idx, label, feature) in &samples {
-                let blob = feature.map(|x| state::encode_features(&[x]));
+                let blob = feature.map(state::encode_features);
                 put.execute(params![next_key, path, *idx as i64, ts, label, blob])
                     .map_err(e)?;
                 next_key += 1;

@@ -1227,3 +1227,81 @@ async fn a_failing_callback_and_a_changed_config() {
         "trigger 1 retried, then 2"
     );
 }
+
+/// A drift trigger on embeddings from a Rust UDF (MMD): the UDF gets each
+/// binary record's bytes after its label once, when the sample is ingested;
+/// the first evaluation fires, a window equal to the reference does not, a
+/// shifted one does. A feature UDF the pipeline does not have is a clear error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drift_on_embeddings_from_a_feature_udf() {
+    let root = tempfile::tempdir().expect("root");
+    let data = tempfile::tempdir().expect("data");
+    // 9 records: 4-byte label, then two u16 coordinates.
+    let points: [(u16, u16); 9] = [
+        (0, 0),
+        (1, 0),
+        (0, 1),
+        (0, 0),
+        (1, 0),
+        (0, 1),
+        (100, 100),
+        (101, 100),
+        (100, 101),
+    ];
+    let mut bytes = Vec::new();
+    for (i, (x, y)) in points.iter().enumerate() {
+        bytes.extend_from_slice(&(i as u32 % 2).to_le_bytes());
+        bytes.extend_from_slice(&x.to_le_bytes());
+        bytes.extend_from_slice(&y.to_le_bytes());
+    }
+    put(data.path(), "points.bin", &bytes, T0);
+    let yaml = format!(
+        "name: embed
+data:
+  uri: {}
+  format: {{binary: {{record_size: 8, label_size: 4, byte_order: little}}}}
+  selector_batch_size: 4
+trigger: {{drift: {{reference_size: 3, current_size: 3, metric: mmd, threshold: 0.5, bandwidth: 1.0, feature: {{udf: xy}}}}}}
+selection: {{strategy: new_data, maximum_keys_in_memory: 10, tail_triggers: 0}}
+",
+        data.path().display()
+    );
+    let session = session(root.path());
+    let err = Pipeline::from_yaml(&yaml)
+        .expect("config")
+        .session(Arc::clone(&session))
+        .feature_fn("other", |_| Ok(vec![0.0]))
+        .replay(None, None)
+        .await
+        .expect_err("no UDF xy");
+    let msg = err.to_string();
+    assert!(msg.contains("\"xy\"") && msg.contains("other"), "{msg}");
+
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&calls);
+    let done = Pipeline::from_yaml(&yaml)
+        .expect("config")
+        .session(Arc::clone(&session))
+        .feature_fn("xy", move |b: &[u8]| {
+            seen.lock().expect("calls").push(b.to_vec());
+            let [x0, x1, y0, y1] = <[u8; 4]>::try_from(b).map_err(|_| format!("{b:?}"))?;
+            Ok(vec![
+                u16::from_le_bytes([x0, x1]) as f32,
+                u16::from_le_bytes([y0, y1]) as f32,
+            ])
+        })
+        .replay(None, None)
+        .await
+        .expect("replay");
+    assert_eq!(
+        records(&done),
+        vec![
+            (0, T0, 3, vec![3], Some("embed-trigger-0".into())),
+            (1, T0, 6, vec![6], Some("embed-trigger-1".into())),
+        ]
+    );
+    // Once per sample, with the record's bytes after the label.
+    let calls = calls.lock().expect("calls").clone();
+    assert_eq!(calls.len(), 9);
+    assert_eq!(calls[6], [100, 0, 100, 0]);
+}
