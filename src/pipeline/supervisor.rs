@@ -104,6 +104,9 @@ pub struct Supervisor {
     _lock: std::fs::File,
 }
 
+/// A sample being ingested: (timestamp, path, index in file, label, features).
+type Ingested<'a> = (i64, &'a str, u64, i64, Option<&'a [f32]>);
+
 impl Supervisor {
     /// Opens the pipeline's state under the session's root (creating it), checks
     /// that an existing state was made with the same data, trigger and
@@ -279,7 +282,7 @@ impl Supervisor {
             return Ok(0);
         }
         let read = storage::read_all(&self.session, &data, &new, self.features.clone()).await?;
-        let mut samples: Vec<(i64, &str, u64, i64, Option<&[f32]>)> = Vec::new();
+        let mut samples: Vec<Ingested<'_>> = Vec::new();
         for (f, rows) in new.iter().zip(&read) {
             for r in rows {
                 samples.push((
