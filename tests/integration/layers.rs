@@ -20,6 +20,7 @@ const LAYERS: &[&[&str]] = &[
     &["chain"],
     &["script"],
     &["loader"],
+    &["serve"],
 ];
 
 /// Names re-exported at the crate root, by the module that defines them.
