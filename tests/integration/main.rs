@@ -17,6 +17,7 @@ mod progress;
 mod redaction;
 mod relational;
 mod scripts;
+mod serve;
 mod shared_cache;
 mod sources;
 mod sql_udfs;
