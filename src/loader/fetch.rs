@@ -10,6 +10,9 @@
 //!   session's settings (`prefetch`, `max_connections`, retries, the shared
 //!   cache when `cache = true`); the rows keep their order whatever the plan
 //!   does (a hidden row number sorts them back);
+//! - with shuffle, each consumer reads its source partition's rows from the
+//!   local Parquet (the permutation spans the whole partition) but downloads
+//!   bytes for its own share only;
 //! - a partition is handed over whole or not at all: a failure part-way (a
 //!   GET that fails after the prefetch's own retries, a store that goes away)
 //!   drops what was read and fetches the whole partition again, up to

@@ -343,7 +343,7 @@ impl Loader {
             name: what.to_string(),
             value: name.to_string(),
             reason: format!(
-                "names no column of the rows (they have {})",
+                "{name:?} is not a column of the rows (they have {})",
                 schema
                     .fields()
                     .iter()

@@ -11,6 +11,7 @@ mod execution;
 mod first_run;
 mod keys;
 mod layers;
+mod loader;
 mod on_error;
 mod prefetch;
 mod progress;
