@@ -24,9 +24,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use datafusion::arrow::array::{ArrayRef, BinaryBuilder, RecordBatch, UInt64Array};
+use datafusion::arrow::array::{ArrayRef, AsArray, BinaryBuilder, RecordBatch, UInt64Array};
 use datafusion::arrow::compute::{concat_batches, sort_to_indices, take_record_batch};
-use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt64Type};
 use datafusion::datasource::{MemTable, provider_as_source};
 use datafusion::execution::memory_pool::MemoryConsumer;
 use datafusion::logical_expr::LogicalPlanBuilder;
@@ -190,7 +190,11 @@ async fn with_bytes(
     let Some(first) = batches.first() else {
         return Err(Error::internal("the bytes chain returned no batch"));
     };
-    let all = concat_batches(&first.schema(), &batches).map_err(df)?;
+    let all = if batches.len() == 1 {
+        batches[0].clone()
+    } else {
+        concat_batches(&first.schema(), &batches).map_err(df)?
+    };
     if all.num_rows() != n {
         return Err(Error::internal(format!(
             "the bytes chain returned {} rows for {n}",
@@ -198,6 +202,13 @@ async fn with_bytes(
         )));
     }
     let rows = all.column(all.schema().index_of(ROW).map_err(df)?);
+    // Ordered prefetch keeps the order: then no copy is needed.
+    let in_order = rows
+        .as_primitive_opt::<UInt64Type>()
+        .is_some_and(|r| r.values().iter().enumerate().all(|(i, &v)| v == i as u64));
+    if in_order {
+        return Ok(all);
+    }
     let order = sort_to_indices(rows, None, None).map_err(df)?;
     take_record_batch(&all, &order).map_err(df)
 }

@@ -449,19 +449,19 @@ impl Loader {
     /// (only the epoch's last batch may be short, and `drop_last` drops it).
     /// While the trainer reads partition i, partitions i+1..=i+k are fetched,
     /// `p` at once; at most k + 1 partitions are held, charged to the
-    /// session's memory pool. Must be called inside a tokio runtime.
+    /// session's memory pool. Runs its fetches on the current tokio runtime.
     ///
     /// # Cancel safety
     /// Dropping the stream (or this future) aborts every fetch in flight and
     /// frees the partitions held.
     pub async fn epoch(&self, epoch: u64) -> Result<BoxStream<'static, Result<RecordBatch>>> {
         let plan = self.plan(epoch).await?;
-        Ok(stream::epoch_stream(
+        stream::epoch_stream(
             plan,
             self.prefetch,
             self.parallel,
             self.batch_size,
             self.drop_last,
-        ))
+        )
     }
 }

@@ -37,8 +37,9 @@ pub(crate) fn epoch_stream(
     p: usize,
     batch_size: usize,
     drop_last: bool,
-) -> BoxStream<'static, Result<RecordBatch>> {
-    let handle = tokio::runtime::Handle::current();
+) -> Result<BoxStream<'static, Result<RecordBatch>>> {
+    let handle = tokio::runtime::Handle::try_current()
+        .map_err(|e| Error::internal(format!("the loader's epoch needs a tokio runtime: {e}")))?;
     let (tx, rx) = mpsc::unbounded_channel::<Fetched>();
     let schema = Arc::clone(&plan.schema);
     let plan = Arc::new(plan);
@@ -78,11 +79,11 @@ pub(crate) fn epoch_stream(
         drop_last,
         done: false,
     };
-    futures::stream::unfold(state, |mut s| async move {
+    Ok(futures::stream::unfold(state, |mut s| async move {
         let item = s.next().await?;
         Some((item, s))
     })
-    .boxed()
+    .boxed())
 }
 
 struct State {
