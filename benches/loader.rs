@@ -205,7 +205,7 @@ fn main() {
     println!("\nTarget (reported, not asserted): k >= 2 within 10% of the bound (ratio >= 0.90):");
     for r in records
         .iter()
-        .filter(|r| r.prefetch_partitions.unwrap_or(0) >= 2)
+        .filter(|r| r.kind == "epoch" && r.prefetch_partitions.unwrap_or(0) >= 2)
     {
         let ratio = r.ratio_to_bound.unwrap_or(0.0);
         println!(

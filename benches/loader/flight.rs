@@ -37,8 +37,13 @@ struct Row {
 }
 
 async fn client(addr: SocketAddr) -> FlightClient {
+    // Windows larger than hyper's defaults (2 MiB stream, 5 MiB connection),
+    // as a bulk reader sets them: the server never waits for window updates.
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
         .expect("endpoint")
+        .initial_stream_window_size(Some(32 << 20))
+        .initial_connection_window_size(Some(64 << 20))
+        .tcp_nodelay(true)
         .connect()
         .await
         .expect("connect");
