@@ -14,7 +14,8 @@
 //! bound, the time to the first batch, and the peak RSS next to (k + 1) x the
 //! largest partition's bytes. Nothing is asserted: the harness reports.
 //! Output: a table on stdout and `<target dir>/bench/loader.json` (records in
-//! `loader/record.rs`, shared with the Flight runs).
+//! `loader/record.rs`, shared with the Flight runs of `loader/flight.rs`:
+//! `udfchain serve` to a local Rust client next to IPC from memory).
 
 #[path = "../tests/integration/support.rs"]
 #[allow(dead_code)]
@@ -22,6 +23,9 @@ mod support;
 
 #[path = "loader/record.rs"]
 mod record;
+
+#[path = "loader/flight.rs"]
+mod flight;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -149,7 +153,15 @@ async fn epoch(
 }
 
 fn main() {
-    let quick = std::env::args().skip(1).any(|a| a == "--quick");
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    // `--only epoch` or `--only flight`: one half of the benchmark.
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1))
+        .cloned();
+    let wanted = |kind: &str| only.as_deref().is_none_or(|o| o == kind);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(udfchain::session::cores())
         .thread_name("bench-io")
@@ -160,24 +172,29 @@ fn main() {
     let files = partitions * PARTITION_ROWS;
     let mut records = Vec::new();
     rt.block_on(async {
-        let env = env(files).await;
-        // Warm up (connections, the catalog, the page cache), then measure.
-        let _ = fetch_alone(&env).await;
-        let (fetch_s, part_bytes) = fetch_alone(&env).await;
-        eprintln!(
-            "loader epoch: {files} files x {} KiB, {PARTITION_ROWS} rows per partition, {} ms per request, trainer {} ms per batch of {BATCH}; fetching every partition alone took {fetch_s:.3} s",
-            FILE_BYTES >> 10,
-            LATENCY.as_millis(),
-            STEP.as_millis()
-        );
-        let mut grid: Vec<(usize, usize)> = [0, 1, 2, 4].iter().map(|&k| (k, 1)).collect();
-        if !quick {
-            grid.extend([(2, 2), (4, 2)]);
+        if wanted("epoch") {
+            let env = env(files).await;
+            // Warm up (connections, the catalog, the page cache), then measure.
+            let _ = fetch_alone(&env).await;
+            let (fetch_s, part_bytes) = fetch_alone(&env).await;
+            eprintln!(
+                "loader epoch: {files} files x {} KiB, {PARTITION_ROWS} rows per partition, {} ms per request, trainer {} ms per batch of {BATCH}; fetching every partition alone took {fetch_s:.3} s",
+                FILE_BYTES >> 10,
+                LATENCY.as_millis(),
+                STEP.as_millis()
+            );
+            let mut grid: Vec<(usize, usize)> = [0, 1, 2, 4].iter().map(|&k| (k, 1)).collect();
+            if !quick {
+                grid.extend([(2, 2), (4, 2)]);
+            }
+            for (k, p) in grid {
+                let r = epoch(&env, k, p, fetch_s, part_bytes, quick).await;
+                eprintln!("  k={k} p={p}: {:.3} s, ratio to bound {:.2}", r.seconds, r.ratio_to_bound.unwrap_or(0.0));
+                records.push(r);
+            }
         }
-        for (k, p) in grid {
-            let r = epoch(&env, k, p, fetch_s, part_bytes, quick).await;
-            eprintln!("  k={k} p={p}: {:.3} s, ratio to bound {:.2}", r.seconds, r.ratio_to_bound.unwrap_or(0.0));
-            records.push(r);
+        if wanted("flight") {
+            records.extend(flight::runs(quick).await);
         }
     });
     println!(
@@ -188,7 +205,7 @@ fn main() {
     println!("\nTarget (reported, not asserted): k >= 2 within 10% of the bound (ratio >= 0.90):");
     for r in records
         .iter()
-        .filter(|r| r.prefetch_partitions.unwrap_or(0) >= 2)
+        .filter(|r| r.kind == "epoch" && r.prefetch_partitions.unwrap_or(0) >= 2)
     {
         let ratio = r.ratio_to_bound.unwrap_or(0.0);
         println!(
@@ -196,6 +213,19 @@ fn main() {
             r.prefetch_partitions.unwrap_or(0),
             r.parallel_requests.unwrap_or(0),
             if ratio >= 0.9 { "met" } else { "NOT met" }
+        );
+    }
+    println!(
+        "\nFlight: server -> local Rust client over loopback, next to decoding the same Arrow IPC from memory\n"
+    );
+    print!("{}", flight::table(&records));
+    println!("\nTarget (reported, not asserted): Flight >= 1 GB/s on loopback:");
+    for r in records.iter().filter(|r| r.kind == "flight") {
+        let mbs = r.mb_per_s.unwrap_or(0.0);
+        println!(
+            "  k={}: {mbs:.0} MB/s {}",
+            r.prefetch_partitions.unwrap_or(0),
+            if mbs >= 1000.0 { "met" } else { "NOT met" }
         );
     }
     println!("\nwrote {}", write_json(&records).display());

@@ -34,6 +34,7 @@ pub mod plan;
 pub mod progress;
 pub mod runtime;
 pub mod script;
+pub mod serve;
 pub mod session;
 pub mod settings;
 pub mod storage;

@@ -160,6 +160,27 @@ Examples:
         #[command(subcommand)]
         command: udfchain::cluster::cli::ClusterCommand,
     },
+    /// Serve datasets to training loops over Arrow Flight (see the README's "Training").
+    #[command(after_help = "\
+Examples:
+  udfchain serve                                listen on 127.0.0.1:50051
+  udfchain --root /data/udfchain serve --addr 0.0.0.0:50051
+  udfchain serve --addr 127.0.0.1:0             a free port (printed)
+
+Clients call get_flight_info with a JSON command, e.g.
+  {\"dataset\": \"images\", \"partition_rows\": 1000, \"shuffle\": true, \"seed\": 7, \"epoch\": 0}
+and read its endpoints in order (examples/python/loader.py). SIGINT/SIGTERM stop it.")]
+    Serve {
+        /// The address to listen on (port 0: a free port).
+        #[arg(long, default_value = "127.0.0.1:50051")]
+        addr: String,
+        /// Partitions read ahead of each client whose request does not say.
+        #[arg(long, default_value_t = udfchain::serve::DEFAULT_PREFETCH_PARTITIONS)]
+        prefetch_partitions: usize,
+        /// Seconds after which an idle client's read-ahead is dropped.
+        #[arg(long, default_value_t = udfchain::serve::DEFAULT_READAHEAD_TTL.as_secs())]
+        readahead_ttl: u64,
+    },
     /// The shared cache.
     #[command(after_help = "\
 Examples:
@@ -392,6 +413,20 @@ async fn run(cli: Cli) -> udfchain::Result<()> {
                 .await
         }
         Command::Cluster { command } => udfchain::cluster::cli::run(command, &settings).await,
+        Command::Serve {
+            addr,
+            prefetch_partitions,
+            readahead_ttl,
+        } => {
+            udfchain::serve::FlightServer::new(session)
+                .prefetch_partitions(prefetch_partitions)
+                .readahead_ttl(std::time::Duration::from_secs(readahead_ttl))
+                .serve(&addr, |at| {
+                    outln!("listening on grpc://{at}");
+                    Ok(())
+                })
+                .await
+        }
         Command::Cache { command } => {
             let cache = SharedCache::open(settings.cache_dir(), None)?;
             match command {

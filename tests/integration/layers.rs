@@ -20,6 +20,7 @@ const LAYERS: &[&[&str]] = &[
     &["chain"],
     &["script"],
     &["loader"],
+    &["serve"],
     &["pipeline"],
     &["cluster"],
 ];

@@ -21,6 +21,7 @@ mod redaction;
 mod relational;
 mod scripts;
 mod selection;
+mod serve;
 mod shared_cache;
 mod sources;
 mod sql_udfs;

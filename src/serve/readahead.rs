@@ -1,0 +1,393 @@
+//! Per-client read-ahead: the partitions a Flight client will ask for next,
+//! fetched before it asks.
+//!
+//! A *stream* is opened by each `get_flight_info` call (its id is in every
+//! ticket it returns) and holds that client's epoch plan. When the stream is
+//! opened, partitions `0..k` start; when the client asks for partition `i`,
+//! partitions `i+1..=i+k` start (those not started yet), at most `p` of the
+//! stream's fetches running at once (`k` = `prefetch_partitions`, `p` =
+//! `parallel_requests`). A client iterating the endpoints in order therefore
+//! finds its next partitions fetched or in flight.
+//!
+//! Guarantees:
+//! - streams are independent: each has its own fetch tasks and limit, so a
+//!   slow client only ever delays itself;
+//! - every partition the server holds (fetched ahead or being sent) is counted
+//!   in [`ReadAheadStats::buffered_bytes`] until it is dropped, and its memory
+//!   stays charged to the session's memory pool (the loader's reservation);
+//! - a stream is closed — its fetches aborted, its partitions dropped — when
+//!   its last partition has been asked for, when a client drops a `do_get` mid
+//!   partition (a disconnect or a kill), or when it has been idle (no `do_get`
+//!   running or started) for the TTL; a ticket of a closed stream still works:
+//!   the stream is opened again from the ticket (the plan is deterministic), the
+//!   partition is fetched on demand and the read-ahead resumes from there;
+//! - fetch tasks never outlive their stream: they abort when dropped.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
+
+use crate::error::{Error, Result};
+use crate::loader::{EpochPlan, Loader, PartitionData};
+
+/// A fetched partition the server holds; counted in the buffered bytes until
+/// dropped (its memory pool reservation goes with it).
+pub struct Held {
+    pub data: PartitionData,
+    counters: Arc<Counters>,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.counters
+            .buffered_bytes
+            .fetch_sub(self.data.bytes, Ordering::Relaxed);
+        self.counters
+            .buffered_partitions
+            .fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A fetch task that is aborted when dropped.
+struct Slot(JoinHandle<Result<Held>>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+#[derive(Default)]
+struct Counters {
+    buffered_bytes: AtomicUsize,
+    buffered_partitions: AtomicUsize,
+    partitions_served: AtomicU64,
+    ready_hits: AtomicU64,
+    misses: AtomicU64,
+    streams_closed_on_disconnect: AtomicU64,
+    streams_expired: AtomicU64,
+}
+
+/// What the read-ahead holds now (the `stats` action's body).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ReadAheadStats {
+    /// Bytes of the partitions held: fetched ahead, or being sent.
+    pub buffered_bytes: usize,
+    /// Partitions held.
+    pub buffered_partitions: usize,
+    /// Open streams (one per `get_flight_info` still being read).
+    pub streams: usize,
+    /// Partitions fetched or being fetched ahead of their `do_get`.
+    pub pending_partitions: usize,
+    /// `do_get` calls answered.
+    pub partitions_served: u64,
+    /// `do_get` calls whose partition was already fetched when asked for.
+    pub ready_hits: u64,
+    /// `do_get` calls whose partition had not been started ahead.
+    pub misses: u64,
+    /// Streams closed because a client dropped a `do_get` mid-partition.
+    pub streams_closed_on_disconnect: u64,
+    /// Streams closed after the idle TTL.
+    pub streams_expired: u64,
+}
+
+struct ClientStream {
+    loader: Loader,
+    plan: Arc<EpochPlan>,
+    k: usize,
+    limit: Arc<Semaphore>,
+    state: Mutex<StreamState>,
+}
+
+struct StreamState {
+    slots: BTreeMap<usize, Slot>,
+    /// Partitions below this have been started (or skipped) already.
+    started_below: usize,
+    /// `do_get` calls of this stream running now.
+    active: usize,
+    last_used: Instant,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock leaves plain data behind: keep going.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Every client stream of one server.
+pub struct ReadAhead {
+    streams: Mutex<HashMap<u64, Arc<ClientStream>>>,
+    next_id: AtomicU64,
+    counters: Arc<Counters>,
+    ttl: Duration,
+}
+
+/// Marks one running `do_get`; when dropped before [`Serving::finish`], the
+/// client went away mid-partition and its stream is closed.
+pub struct Serving {
+    readahead: Arc<ReadAhead>,
+    id: u64,
+    finished: bool,
+}
+
+impl Serving {
+    /// The partition was sent whole (or its error was).
+    pub fn finish(&mut self) {
+        self.finished = true;
+    }
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        let stream = lock(&self.readahead.streams).get(&self.id).cloned();
+        if let Some(s) = stream {
+            let mut st = lock(&s.state);
+            st.active = st.active.saturating_sub(1);
+            st.last_used = Instant::now();
+        }
+        if !self.finished && self.readahead.close(self.id) {
+            self.readahead
+                .counters
+                .streams_closed_on_disconnect
+                .fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl ReadAhead {
+    /// Streams idle for `ttl` are closed by [`ReadAhead::expire`].
+    pub fn new(ttl: Duration) -> Arc<Self> {
+        Arc::new(Self {
+            streams: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            counters: Arc::new(Counters::default()),
+            ttl,
+        })
+    }
+
+    /// Opens a stream for `plan` and starts its first `k` partitions; returns
+    /// its id.
+    pub fn open(self: &Arc<Self>, loader: Loader, plan: EpochPlan, k: usize, p: usize) -> u64 {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let stream = self.insert(id, loader, plan, k, p, 0);
+        self.start(&stream, 0, k);
+        id
+    }
+
+    /// Registers stream `id` (or returns the one a concurrent call registered);
+    /// partitions below `read_from` count as read already.
+    fn insert(
+        &self,
+        id: u64,
+        loader: Loader,
+        plan: EpochPlan,
+        k: usize,
+        p: usize,
+        read_from: usize,
+    ) -> Arc<ClientStream> {
+        let stream = Arc::new(ClientStream {
+            loader,
+            plan: Arc::new(plan),
+            k,
+            limit: Arc::new(Semaphore::new(p.max(1))),
+            state: Mutex::new(StreamState {
+                slots: BTreeMap::new(),
+                started_below: read_from,
+                active: 0,
+                last_used: Instant::now(),
+            }),
+        });
+        let mut streams = lock(&self.streams);
+        Arc::clone(streams.entry(id).or_insert(stream))
+    }
+
+    /// Starts partitions `from..from + n` of `stream` not started yet.
+    fn start(&self, stream: &Arc<ClientStream>, from: usize, n: usize) {
+        let total = stream.plan.partitions.len();
+        let mut st = lock(&stream.state);
+        let lo = from.max(st.started_below);
+        let hi = from.saturating_add(n).min(total);
+        for index in lo..hi {
+            let slot = self.spawn_fetch(stream, index);
+            st.slots.insert(index, slot);
+        }
+        st.started_below = st.started_below.max(hi);
+    }
+
+    fn spawn_fetch(&self, stream: &Arc<ClientStream>, index: usize) -> Slot {
+        let (loader, plan, limit) = (
+            stream.loader.clone(),
+            Arc::clone(&stream.plan),
+            Arc::clone(&stream.limit),
+        );
+        let counters = Arc::clone(&self.counters);
+        Slot(tokio::spawn(async move {
+            let _permit = limit
+                .acquire_owned()
+                .await
+                .map_err(|_| Error::internal("read-ahead limit closed"))?;
+            let data = loader.fetch(&plan, index).await?;
+            counters
+                .buffered_bytes
+                .fetch_add(data.bytes, Ordering::Relaxed);
+            counters.buffered_partitions.fetch_add(1, Ordering::Relaxed);
+            Ok(Held { data, counters })
+        }))
+    }
+
+    /// Partition `index` of stream `id` for a `do_get`: taken from the
+    /// read-ahead (or fetched now), with the next `k` partitions started.
+    /// `reopen` rebuilds the stream when it was closed (its loader, plan, k, p).
+    ///
+    /// # Cancel safety
+    /// Dropping the future aborts this partition's fetch and closes the stream
+    /// (the client went away).
+    pub async fn take<F, Fut>(
+        self: &Arc<Self>,
+        id: u64,
+        index: usize,
+        reopen: F,
+    ) -> Result<(Held, Serving, Arc<EpochPlan>)>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<(Loader, EpochPlan, usize, usize)>>,
+    {
+        let existing = lock(&self.streams).get(&id).cloned();
+        let stream = match existing {
+            Some(s) => s,
+            None => {
+                // Resume the read-ahead at this index (lower ones are read).
+                let (loader, plan, k, p) = reopen().await?;
+                self.insert(id, loader, plan, k, p, index)
+            }
+        };
+        let total = stream.plan.partitions.len();
+        if index >= total {
+            return Err(Error::Setting {
+                name: "ticket index".into(),
+                value: index.to_string(),
+                reason: format!("is beyond the plan's {total} partitions"),
+            });
+        }
+        let mut serving = Serving {
+            readahead: Arc::clone(self),
+            id,
+            finished: false,
+        };
+        let slot = {
+            let mut st = lock(&stream.state);
+            st.active += 1;
+            st.last_used = Instant::now();
+            // Partitions far behind this one were skipped by the client.
+            let keep_from = index.saturating_sub(stream.k);
+            st.slots = st.slots.split_off(&keep_from);
+            st.slots.remove(&index)
+        };
+        let slot = match slot {
+            Some(s) => {
+                let counter = if s.0.is_finished() {
+                    &self.counters.ready_hits
+                } else {
+                    &self.counters.misses
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+                s
+            }
+            None => {
+                self.counters.misses.fetch_add(1, Ordering::Relaxed);
+                let s = self.spawn_fetch(&stream, index);
+                let mut st = lock(&stream.state);
+                st.started_below = st.started_below.max(index + 1);
+                s
+            }
+        };
+        self.start(&stream, index + 1, stream.k);
+        if index + 1 == total {
+            // The last partition: nothing more to read ahead for this client.
+            self.close(id);
+        }
+        let mut slot = slot;
+        let held = match (&mut slot.0).await {
+            Ok(r) => r,
+            Err(e) => Err(Error::internal(format!("partition fetch task: {e}"))),
+        };
+        let held = match held {
+            Ok(h) => h,
+            Err(e) => {
+                serving.finish();
+                return Err(e);
+            }
+        };
+        self.counters
+            .partitions_served
+            .fetch_add(1, Ordering::Relaxed);
+        Ok((held, serving, Arc::clone(&stream.plan)))
+    }
+
+    /// Closes stream `id` (aborting its fetches, dropping its partitions);
+    /// false if it was not open.
+    pub fn close(&self, id: u64) -> bool {
+        let removed = lock(&self.streams).remove(&id);
+        match removed {
+            Some(s) => {
+                lock(&s.state).slots.clear();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Closes streams idle (no `do_get` running) for longer than the TTL.
+    pub fn expire(&self) {
+        let now = Instant::now();
+        let idle: Vec<u64> = lock(&self.streams)
+            .iter()
+            .filter(|(_, s)| {
+                let st = lock(&s.state);
+                st.active == 0 && now.duration_since(st.last_used) > self.ttl
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for id in idle {
+            if self.close(id) {
+                self.counters
+                    .streams_expired
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Closes every stream (server shutdown).
+    pub fn close_all(&self) {
+        let all: Vec<_> = lock(&self.streams).drain().collect();
+        for (_, s) in all {
+            lock(&s.state).slots.clear();
+        }
+    }
+
+    /// The TTL after which an idle stream is closed.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// A snapshot of what is held.
+    pub fn stats(&self) -> ReadAheadStats {
+        let streams = lock(&self.streams);
+        let pending = streams.values().map(|s| lock(&s.state).slots.len()).sum();
+        let c = &self.counters;
+        ReadAheadStats {
+            buffered_bytes: c.buffered_bytes.load(Ordering::Relaxed),
+            buffered_partitions: c.buffered_partitions.load(Ordering::Relaxed),
+            streams: streams.len(),
+            pending_partitions: pending,
+            partitions_served: c.partitions_served.load(Ordering::Relaxed),
+            ready_hits: c.ready_hits.load(Ordering::Relaxed),
+            misses: c.misses.load(Ordering::Relaxed),
+            streams_closed_on_disconnect: c.streams_closed_on_disconnect.load(Ordering::Relaxed),
+            streams_expired: c.streams_expired.load(Ordering::Relaxed),
+        }
+    }
+}
