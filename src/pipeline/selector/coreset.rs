@@ -237,14 +237,6 @@ impl CoresetStrategy {
 }
 
 impl Strategy for CoresetStrategy {
-    fn open(&mut self, db: &rusqlite::Connection) -> crate::Result<()> {
-        store::open(db)
-    }
-
-    fn inform(&mut self, db: &rusqlite::Connection, batch: &[Sample]) -> crate::Result<()> {
-        store::insert(db, batch)
-    }
-
     fn trigger(
         &mut self,
         db: &rusqlite::Connection,
@@ -293,15 +285,6 @@ impl Strategy for CoresetStrategy {
         }
         db.execute("DELETE FROM sel_stage", []).map_err(e)?;
         out.finish(range.1)
-    }
-
-    fn partition(
-        &self,
-        db: &rusqlite::Connection,
-        trigger_id: u64,
-        partition: usize,
-    ) -> crate::Result<Vec<(u64, f64)>> {
-        store::partition(db, trigger_id, partition)
     }
 }
 

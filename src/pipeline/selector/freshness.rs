@@ -9,7 +9,6 @@
 use super::rng::{Rng, Sampler};
 use super::store::{self, PartitionWriter};
 use super::{SelectionConfig, Strategy, TriggerInfo, check_ratio, db_error};
-use crate::pipeline::sample::Sample;
 
 /// The `freshness` strategy.
 #[derive(Debug)]
@@ -51,14 +50,6 @@ impl FreshnessStrategy {
 }
 
 impl Strategy for FreshnessStrategy {
-    fn open(&mut self, db: &rusqlite::Connection) -> crate::Result<()> {
-        store::open(db)
-    }
-
-    fn inform(&mut self, db: &rusqlite::Connection, batch: &[Sample]) -> crate::Result<()> {
-        store::insert(db, batch)
-    }
-
     fn trigger(
         &mut self,
         db: &rusqlite::Connection,
@@ -107,15 +98,6 @@ impl Strategy for FreshnessStrategy {
         )
         .map_err(|e| db_error(db, e))?;
         out.finish(range.1)
-    }
-
-    fn partition(
-        &self,
-        db: &rusqlite::Connection,
-        trigger_id: u64,
-        partition: usize,
-    ) -> crate::Result<Vec<(u64, f64)>> {
-        store::partition(db, trigger_id, partition)
     }
 }
 

@@ -9,7 +9,6 @@ use std::collections::BTreeMap;
 use super::rng::{Rng, Sampler};
 use super::store::{self, PartitionWriter};
 use super::{SelectionConfig, Strategy, TriggerInfo, balanced_quotas};
-use crate::pipeline::sample::Sample;
 
 /// The `label_balanced` strategy.
 #[derive(Debug)]
@@ -67,14 +66,6 @@ pub(crate) fn balanced_draw(
 }
 
 impl Strategy for LabelBalancedStrategy {
-    fn open(&mut self, db: &rusqlite::Connection) -> crate::Result<()> {
-        store::open(db)
-    }
-
-    fn inform(&mut self, db: &rusqlite::Connection, batch: &[Sample]) -> crate::Result<()> {
-        store::insert(db, batch)
-    }
-
     fn trigger(
         &mut self,
         db: &rusqlite::Connection,
@@ -87,15 +78,6 @@ impl Strategy for LabelBalancedStrategy {
         let rng = Rng::new(seed.wrapping_add(trigger_id)).fork(u64::MAX);
         balanced_draw(db, range, self.limit, rng, |r| out.push(r.key, 1.0))?;
         out.finish(range.1)
-    }
-
-    fn partition(
-        &self,
-        db: &rusqlite::Connection,
-        trigger_id: u64,
-        partition: usize,
-    ) -> crate::Result<Vec<(u64, f64)>> {
-        store::partition(db, trigger_id, partition)
     }
 }
 

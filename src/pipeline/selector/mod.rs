@@ -128,10 +128,16 @@ pub trait ScoreFn: Send + Sync {
 
 /// A selection strategy.
 pub trait Strategy: Send {
-    /// Creates the tables if missing and loads the state, as [`crate::pipeline::trigger::Trigger::open`].
-    fn open(&mut self, db: &rusqlite::Connection) -> crate::Result<()>;
+    /// Creates the tables if missing and loads the state, as
+    /// [`crate::pipeline::trigger::Trigger::open`]. Every strategy keeps its
+    /// samples and built partitions in the shared `sel_*` tables of `store`.
+    fn open(&mut self, db: &rusqlite::Connection) -> crate::Result<()> {
+        store::open(db)
+    }
     /// Informs the strategy of the next batch (timestamp order).
-    fn inform(&mut self, db: &rusqlite::Connection, batch: &[Sample]) -> crate::Result<()>;
+    fn inform(&mut self, db: &rusqlite::Connection, batch: &[Sample]) -> crate::Result<()> {
+        store::insert(db, batch)
+    }
     /// The trigger's training set: selected, cut into partitions of
     /// maximum_keys_in_memory keys, shuffled within each partition (seeded by
     /// seed + trigger_id), a weight per key, persisted in `db` (so partition()
@@ -145,7 +151,9 @@ pub trait Strategy: Send {
         db: &rusqlite::Connection,
         trigger_id: u64,
         partition: usize,
-    ) -> crate::Result<Vec<(u64, f64)>>;
+    ) -> crate::Result<Vec<(u64, f64)>> {
+        store::partition(db, trigger_id, partition)
+    }
 }
 
 /// Builds the strategy a config describes, validating it: fields that do not

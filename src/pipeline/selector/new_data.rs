@@ -7,7 +7,6 @@
 use super::rng::{Rng, Sampler};
 use super::store::{self, PartitionWriter};
 use super::{LimitReset, SelectionConfig, Strategy, TriggerInfo};
-use crate::pipeline::sample::Sample;
 
 /// The `new_data` strategy.
 #[derive(Debug)]
@@ -22,14 +21,6 @@ impl NewDataStrategy {
 }
 
 impl Strategy for NewDataStrategy {
-    fn open(&mut self, db: &rusqlite::Connection) -> crate::Result<()> {
-        store::open(db)
-    }
-
-    fn inform(&mut self, db: &rusqlite::Connection, batch: &[Sample]) -> crate::Result<()> {
-        store::insert(db, batch)
-    }
-
     fn trigger(
         &mut self,
         db: &rusqlite::Connection,
@@ -60,15 +51,6 @@ impl Strategy for NewDataStrategy {
             _ => store::scan_keys(db, (lo, hi), |k| out.push(k, 1.0))?,
         }
         out.finish(hi)
-    }
-
-    fn partition(
-        &self,
-        db: &rusqlite::Connection,
-        trigger_id: u64,
-        partition: usize,
-    ) -> crate::Result<Vec<(u64, f64)>> {
-        store::partition(db, trigger_id, partition)
     }
 }
 
