@@ -640,34 +640,62 @@ async fn cli_serves_and_exits_zero_on_sigterm() {
     assert!(status.success(), "exit status {status:?}");
 }
 
-/// A Python with pyarrow: `UDFCHAIN_PYTHON`, the CI venv, or `python3`.
-fn python_with_pyarrow() -> Option<String> {
-    let home_venv = std::env::var("HOME")
-        .map(|h| format!("{h}/.cache/udfchain-venv/bin/python"))
-        .ok();
-    let candidates = std::env::var("UDFCHAIN_PYTHON")
-        .ok()
-        .into_iter()
-        .chain(home_venv)
-        .chain(Some("python3".to_string()));
-    candidates.into_iter().find(|py| {
+/// A Python with pyarrow: `UDFCHAIN_PYTHON`, the venv `.ci/run` makes, or
+/// `python3`; failing those, that venv is made here from `python3` (pyarrow from
+/// PyPI). `Err` says why there is none — the test skips only then.
+fn python_with_pyarrow() -> Result<String, String> {
+    let has_pyarrow = |py: &str| {
         Command::new(py)
             .args(["-c", "import pyarrow.flight"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
             .is_ok_and(|s| s.success())
-    })
+    };
+    let venv = std::env::var("HOME")
+        .map(|h| format!("{h}/.cache/udfchain-venv"))
+        .map_err(|_| "HOME is not set".to_string())?;
+    let venv_python = format!("{venv}/bin/python");
+    let found = std::env::var("UDFCHAIN_PYTHON")
+        .ok()
+        .into_iter()
+        .chain([venv_python.clone(), "python3".to_string()])
+        .find(|py| has_pyarrow(py));
+    if let Some(py) = found {
+        return Ok(py);
+    }
+    let run = |program: &str, args: &[&str]| {
+        Command::new(program)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !run("python3", &["--version"]) {
+        return Err("no python3 on PATH".into());
+    }
+    let pip = format!("{venv}/bin/pip");
+    if !(run("python3", &["-m", "venv", &venv]) && run(&pip, &["install", "-q", "pyarrow"])) {
+        return Err(format!(
+            "could not make {venv} with pyarrow (python3 -m venv; pip install pyarrow)"
+        ));
+    }
+    if has_pyarrow(&venv_python) {
+        Ok(venv_python)
+    } else {
+        Err(format!("{venv_python} cannot import pyarrow.flight"))
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_client_reads_exactly_the_datasets_rows() {
-    let Some(python) = python_with_pyarrow() else {
-        println!(
-            "SKIPPED python_client_reads_exactly_the_datasets_rows: no Python with pyarrow \
-             (set UDFCHAIN_PYTHON, or run .ci/run to create ~/.cache/udfchain-venv)"
-        );
-        return;
+    let python = match python_with_pyarrow() {
+        Ok(python) => python,
+        Err(why) => {
+            println!("SKIPPED python_client_reads_exactly_the_datasets_rows: {why}");
+            return;
+        }
     };
     let (root, _session) = items(1000, 16).await;
     let (mut child, addr) = spawn_cli(root.path());
