@@ -18,7 +18,7 @@
 //! `TaskContext` (`TID <job>/<stage>.<attempt>/<task>.<attempt>`). A
 //! scheduler that cannot be reached stops nothing.
 //!
-//! Errors of the wrapped operator leave the executor as a one-line
+//! udfchain errors of the wrapped operator leave the executor as a one-line
 //! `Execution` error carrying udfchain's own message (which UDF, which file,
 //! the cause), which the client turns back into a readable error (see
 //! [`job`](super::job)).
@@ -76,14 +76,14 @@ impl JobWatch {
     /// cancelled; `None` when no scheduler is known.
     fn watch(&self, job: &str) -> Option<watch::Receiver<Option<String>>> {
         let scheduler = self.scheduler.get()?.clone();
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
         let mut jobs = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(tx) = jobs.get(job) {
             return Some(tx.subscribe());
         }
         let (tx, rx) = watch::channel(None);
         jobs.insert(job.to_string(), tx.clone());
-        let handle = tokio::runtime::Handle::try_current().ok()?;
-        handle.spawn(poll_job(
+        runtime.spawn(poll_job(
             Arc::clone(&self.jobs),
             scheduler,
             job.to_string(),
@@ -266,12 +266,13 @@ impl RecordBatchStream for WatchStream {
     }
 }
 
-/// An operator's error as one `Execution` line with udfchain's message
-/// (Ballista sends a task's error to the client in `Debug` form).
+/// A udfchain error as one `Execution` line with udfchain's message (Ballista
+/// sends a task's error to the client in `Debug` form). Other errors pass as
+/// they are: Ballista reads some (a failed shuffle fetch, I/O) to retry.
 fn readable(e: DataFusionError) -> DataFusionError {
-    match e {
-        e @ DataFusionError::Execution(_) => e,
-        e => DataFusionError::Execution(Error::from(e).to_string().replace('\n', " ")),
+    match Error::from(e) {
+        Error::DataFusion(e) => Arc::try_unwrap(e).unwrap_or_else(DataFusionError::Shared),
+        ours => DataFusionError::Execution(ours.to_string().replace('\n', " ")),
     }
 }
 
@@ -286,5 +287,23 @@ mod tests {
         let ctx = TaskContext::default().with_task_id("local".into());
         assert_eq!(job_of(&ctx), None);
         assert_eq!(job_of(&TaskContext::default()), None);
+    }
+
+    #[test]
+    fn udfchain_errors_become_one_line_and_others_pass_as_they_are() {
+        let udf = Error::Udf {
+            udf: "picky".into(),
+            file: Some("s3://b/f1.bin".into()),
+            row: None,
+            source: Arc::new(std::io::Error::other("odd\nlength")),
+        };
+        match readable(udf.into_df()) {
+            DataFusionError::Execution(m) => {
+                assert_eq!(m, "UDF picky failed on s3://b/f1.bin: odd length");
+            }
+            other => panic!("{other:?}"),
+        }
+        let io = DataFusionError::IoError(std::io::Error::other("reset"));
+        assert!(matches!(readable(io), DataFusionError::IoError(_)));
     }
 }

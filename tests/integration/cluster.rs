@@ -793,11 +793,70 @@ async fn a_dropped_query_is_cancelled_on_a_cluster_of_processes() {
             .map(|c| std::fs::metadata(c).map(|m| m.len() as usize).unwrap_or(0))
             .sum::<usize>()
     };
-    let (after_cancel, later) = drop_after_a_while(&session, count).await;
+    let chain = counted_chain(&session);
+    let run = tokio::spawn(async move { chain.collect().await });
+    // The job, named by its shuffle dir `<work dir>/<job id>/`, runs.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let job = loop {
+        let jobs: Vec<String> = cluster
+            .work_dirs
+            .iter()
+            .filter_map(|w| std::fs::read_dir(w).ok())
+            .flat_map(|d| d.flatten())
+            .filter(|e| e.path().is_dir())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            // Not udfchain's caches, not DataFusion's spill dirs.
+            .filter(|name| name != "udfchain" && !name.starts_with("datafusion-"))
+            .collect();
+        if let [job] = jobs.as_slice() {
+            break job.clone();
+        }
+        assert!(Instant::now() < deadline, "no job started: {jobs:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let status = scheduler_job_status(cluster.port, &job).await;
+    assert!(status.contains("Running"), "the job: {status}");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The client drops the query's stream.
+    run.abort();
+    assert!(
+        run.await.is_err(),
+        "the query takes ~6 s, it cannot end in 1.5 s"
+    );
+    // The cancel reaches the executor; a call in flight may still finish.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let after_cancel = count();
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let later = count();
     assert!(after_cancel > 0, "the job started");
     assert_eq!(later, after_cancel, "calls went on after the cancel");
     assert!(later < 60, "the whole job ran: {later} calls");
+    // The scheduler failed the job as cancelled (and may have forgotten it).
+    let status = scheduler_job_status(cluster.port, &job).await;
+    eprintln!("job {job} after the cancel: {status}");
+    assert!(
+        status.contains("Failed") && status.contains("\"Cancelled\"") || status == "None",
+        "the job: {status}"
+    );
     the_slot_is_free(&session).await;
+}
+
+/// The scheduler's status of `job`, as `Debug` text.
+async fn scheduler_job_status(port: u16, job: &str) -> String {
+    use ballista_core::serde::protobuf::GetJobStatusParams;
+    use ballista_core::serde::protobuf::scheduler_grpc_client::SchedulerGrpcClient;
+    let mut client = SchedulerGrpcClient::connect(format!("http://127.0.0.1:{port}"))
+        .await
+        .expect("connect to the scheduler");
+    let status = client
+        .get_job_status(GetJobStatusParams {
+            job_id: job.to_string(),
+        })
+        .await
+        .expect("job status")
+        .into_inner()
+        .status;
+    format!("{status:?}")
 }
 
 /// A UDF failing on an executor (on_error = fail) reaches the client as one
@@ -817,6 +876,7 @@ async fn a_task_error_reaches_the_client_as_one_readable_line() {
         .await
         .expect_err("odd lengths fail");
     let text = err.to_string();
+    eprintln!("{text}");
     assert_eq!(text.lines().count(), 1, "{text}");
     for part in ["picky", "s3://bucket/data/", "odd length"] {
         assert!(text.contains(part), "{part}: {text}");
@@ -839,7 +899,8 @@ async fn a_task_error_reaches_the_client_as_one_readable_line() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_runs_operator_metrics_reach_the_client() {
     let server = server_with_files(12);
-    let cluster = Session::standalone(server.settings().workers(2), registry(), 2)
+    let udfs = UdfRegistry::with_builtins().register_map("meta", meta);
+    let cluster = Session::standalone(server.settings().workers(2), udfs, 2)
         .await
         .expect("standalone cluster");
     let text = cluster
@@ -849,6 +910,7 @@ async fn a_cluster_runs_operator_metrics_reach_the_client() {
         .explain_analyze()
         .await
         .expect("explain analyze");
+    eprintln!("{text}");
     for metric in [
         "PrefetchExec.files_fetched=12",
         "MapExec.output_rows=12",
@@ -856,6 +918,15 @@ async fn a_cluster_runs_operator_metrics_reach_the_client() {
     ] {
         assert!(text.contains(metric), "{metric}: {text}");
     }
+    // SQL: `EXPLAIN ANALYZE` prints each stage's executed plan with its metrics.
+    let runner = udfchain::ScriptRunner::new(cluster);
+    let text = crate::support::last_table(
+        &runner,
+        "EXPLAIN ANALYZE SELECT sha256(file) AS h FROM read_storage('s3://bucket/data/')",
+    )
+    .await;
+    eprintln!("{text}");
+    assert!(text.contains("files_fetched=12"), "{text}");
 }
 
 /// Ctrl-C (SIGINT) of `udfchain --cluster ... query` cancels the job on the
