@@ -217,8 +217,8 @@ async fn on_error_travels_with_the_udf() {
         .collect()
         .await
         .expect_err("fail");
-    // Ballista passes a task's error on as text (its `Debug` form): the UDF,
-    // the file, the row and the cause are all in it.
+    // The executor's one line reaches the client: the UDF, the file, the row
+    // and the cause are all in it.
     let text = err.to_string();
     for part in ["picky", "s3://bucket/data/", "row", "odd length"] {
         assert!(text.contains(part), "{part}: {text}");
@@ -722,11 +722,14 @@ async fn drop_after_a_while(session: &Arc<Session>, count: impl Fn() -> usize) -
     )
     .await;
     assert!(run.is_err(), "the query takes ~6 s, it cannot end in 1.5 s");
+    let at_drop = count();
     // The cancel reaches the executor; a call in flight may still finish.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let after_cancel = count();
     tokio::time::sleep(Duration::from_millis(2000)).await;
-    (after_cancel, count())
+    let later = count();
+    eprintln!("calls: {at_drop} at the drop, {after_cancel} 1.5 s later, {later} 3.5 s later");
+    (after_cancel, later)
 }
 
 /// After a cancel the executor's one slot is free: a 3-file query (on a
@@ -823,11 +826,13 @@ async fn a_dropped_query_is_cancelled_on_a_cluster_of_processes() {
         run.await.is_err(),
         "the query takes ~6 s, it cannot end in 1.5 s"
     );
+    let at_drop = count();
     // The cancel reaches the executor; a call in flight may still finish.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let after_cancel = count();
     tokio::time::sleep(Duration::from_millis(2000)).await;
     let later = count();
+    eprintln!("calls: {at_drop} at the drop, {after_cancel} 1.5 s later, {later} 3.5 s later");
     assert!(after_cancel > 0, "the job started");
     assert_eq!(later, after_cancel, "calls went on after the cancel");
     assert!(later < 60, "the whole job ran: {later} calls");
@@ -1001,9 +1006,11 @@ async fn ctrl_c_of_the_cli_cancels_its_job_on_the_cluster() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
     assert!(stderr.contains("interrupted"), "{stderr}");
+    let at_exit = server.object_gets();
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let after_cancel = server.object_gets();
     tokio::time::sleep(Duration::from_secs(2)).await;
+    eprintln!("GETs: {at_exit} when the CLI exited, {after_cancel} 1.5 s later");
     assert_eq!(server.object_gets(), after_cancel, "GETs went on");
     assert!(after_cancel < 40, "the whole job ran: {after_cancel} GETs");
 }
