@@ -7,20 +7,21 @@
 //!   [`CANCEL_TIMEOUT`]); executors then stop its udfchain operators (see
 //!   [`job_watch`](super::job_watch)). Best effort: an unreachable scheduler
 //!   leaves the job to run out, and so does a stream dropped before the
-//!   scheduler accepted its job (the client has no job id yet). [`cancels_sent`] waits
-//!   for the cancels still on their way (a CLI interrupted by Ctrl-C).
+//!   scheduler accepted its job (the client has no job id yet).
+//!   [`cancels_sent`] waits for the cancels still on their way (a CLI
+//!   interrupted by Ctrl-C).
 //! - **Readable task errors**: Ballista reports a failed task as nested
 //!   `Debug` text (`Job .. failed: .. DataFusionError(Execution("..."))`);
 //!   the client gets [`Error::ClusterTask`] whose message is the executor's
 //!   one line (which UDF, which file, the cause), with Ballista's text as its
 //!   source.
-//!
 //! - **Remote metrics**: once the stream ends, the client fetches the job's
 //!   stage metrics from the scheduler (at most [`METRICS_TIMEOUT`]) and shows
 //!   them as its own, named `<operator>.<metric>` (`PrefetchExec.files_fetched`,
 //!   `MapExec.output_rows`, ...): counts summed over stages, tasks and
 //!   executors, gauges (`peak_in_flight`) as their largest value. Times are
-//!   left out. `EXPLAIN ANALYZE` and `Chain::explain_analyze` show them.
+//!   left out. `Chain::explain_analyze` shows them (SQL `EXPLAIN ANALYZE`
+//!   prints Ballista's per-stage plans with their metrics instead).
 //!
 //! The job id is known during the run only when the client polls the job's
 //! status (`ballista.client.pull = true`, set by the client session).
