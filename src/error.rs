@@ -113,6 +113,18 @@ pub enum Error {
     #[error("cluster {url}: {reason}")]
     Cluster { url: String, reason: String },
 
+    /// A task of cluster job `job` failed on an executor: `reason` is the
+    /// executor's one-line error (which UDF, which file, the cause); the
+    /// source is Ballista's full report.
+    #[error("{reason} (job {job} on the cluster {url})")]
+    ClusterTask {
+        url: String,
+        job: String,
+        reason: String,
+        #[source]
+        source: Source,
+    },
+
     /// Any other error from the DataFusion engine.
     #[error(transparent)]
     DataFusion(Arc<DataFusionError>),

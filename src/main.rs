@@ -341,8 +341,21 @@ async fn run(cli: Cli) -> udfchain::Result<()> {
         return Ok(()); // `main` printed the start guide
     };
     match command {
-        Command::Run { script } => run_script(&session, &read_script(&script)?, &out, false).await,
-        Command::Query { sql } => run_script(&session, &sql, &out, false).await,
+        Command::Run { script } => {
+            let script = read_script(&script)?;
+            udfchain::cluster::cli::interruptible(
+                &settings,
+                run_script(&session, &script, &out, false),
+            )
+            .await
+        }
+        Command::Query { sql } => {
+            udfchain::cluster::cli::interruptible(
+                &settings,
+                run_script(&session, &sql, &out, false),
+            )
+            .await
+        }
         Command::Explain { script } => {
             run_script(&session, &read_script(&script)?, &out, true).await
         }

@@ -1,13 +1,16 @@
 //! `udfchain cluster scheduler|executor`, and the session the CLI runs in
 //! (`--cluster df://HOST:PORT`, `--set cluster=...`, `SET cluster = '...'`).
+//! With `--cluster` (or `--set cluster=`), Ctrl-C during `run` or `query`
+//! cancels the running job on the cluster before the CLI exits.
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::Subcommand;
 
 use super::{Executor, Scheduler};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::session::Session;
 use crate::settings::Settings;
 
@@ -76,4 +79,27 @@ pub async fn session(settings: Settings) -> Result<Arc<Session>> {
         Some(url) => Session::remote(&url, settings).await,
         None => Ok(Session::with_settings(settings)),
     }
+}
+
+/// Runs `work`. With a cluster in `settings`, Ctrl-C drops it instead, which
+/// cancels its running job on the cluster (see [`super::job`]), waits up to
+/// 5 s for the cancel to reach the scheduler, and is an error.
+pub async fn interruptible<T>(
+    settings: &Settings,
+    work: impl Future<Output = Result<T>>,
+) -> Result<T> {
+    let Some(url) = settings.get_cluster().map(str::to_string) else {
+        return work.await;
+    };
+    let mut work = Box::pin(work);
+    tokio::select! {
+        done = &mut work => return done,
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    drop(work);
+    super::job::cancels_sent(Duration::from_secs(5)).await;
+    Err(Error::Cluster {
+        url,
+        reason: "interrupted (Ctrl-C): the running job was cancelled".into(),
+    })
 }

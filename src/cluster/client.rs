@@ -10,6 +10,9 @@
 //! cluster and writes them here, so a saved dataset is written and committed
 //! once, atomically, by the client, exactly as locally.
 //!
+//! Every job is wrapped in a [`JobExec`]: a dropped stream cancels its job on
+//! the cluster, and a failed task's error reads as locally.
+//!
 //! Bounds: connecting to the scheduler gives up after [`CONNECT_TIMEOUT`]
 //! with [`Error::Cluster`]; Ballista's own gRPC calls time out after 20 s.
 
@@ -34,6 +37,8 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion_proto::protobuf::LogicalPlanNode;
 
 use super::codec::{LogicalCodec, PhysicalCodec};
+use super::job::JobExec;
+use super::job_watch::JobWatch;
 use super::registry::UdfRegistry;
 use super::spread::Spread;
 use crate::error::{Error, Result};
@@ -132,7 +137,9 @@ impl Session {
         registry: UdfRegistry,
         slots: usize,
     ) -> Result<Arc<Session>> {
-        let codec = PhysicalCodec::executor(Arc::new(registry), "the standalone executor", None);
+        let watch = Arc::new(JobWatch::default());
+        let codec = PhysicalCodec::executor(Arc::new(registry), "the standalone executor", None)
+            .with_job_watch(Arc::clone(&watch));
         let config = cluster_config(&settings)
             .with_ballista_physical_extension_codec(Arc::new(codec))
             .with_ballista_standalone_parallelism(slots.max(1));
@@ -149,6 +156,7 @@ impl Session {
             .await
             .map_err(started)?;
         let http = format!("http://localhost:{}", addr.port());
+        watch.set_scheduler(http.clone());
         let scheduler = tokio::time::timeout(CONNECT_TIMEOUT, async {
             loop {
                 use ballista_core::serde::protobuf::scheduler_grpc_client::SchedulerGrpcClient;
@@ -178,6 +186,12 @@ fn static_planner(mut config: SessionConfig) -> SessionConfig {
         ballista_core::config::BALLISTA_ADAPTIVE_PLANNER_ENABLED,
         "false",
     );
+    // The client polls the job's status, so it learns the job id as soon as
+    // the job is accepted (pushed statuses carry it only at the end):
+    // [`JobExec`] needs it to cancel a dropped query.
+    let _ = config
+        .options_mut()
+        .set(ballista_core::config::BALLISTA_CLIENT_PULL, "true");
     config
 }
 
@@ -198,6 +212,7 @@ fn client_session(settings: Settings, config: SessionConfig, http: String) -> Re
     );
     let config = config.with_ballista_query_planner(Arc::new(ClientPlanner {
         remote: Arc::new(remote),
+        scheduler: http.clone(),
     }));
     let state = SessionStateBuilder::new_from_existing(base.state())
         .with_config(config)
@@ -213,6 +228,8 @@ fn client_session(settings: Settings, config: SessionConfig, http: String) -> Re
 /// rows the cluster computes.
 struct ClientPlanner {
     remote: Arc<BallistaQueryPlanner<LogicalPlanNode>>,
+    /// The scheduler's `http://host:port`.
+    scheduler: String,
 }
 
 impl fmt::Debug for ClientPlanner {
@@ -229,7 +246,8 @@ impl QueryPlanner for ClientPlanner {
         session: &dyn datafusion::catalog::Session,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         let LogicalPlan::Copy(copy) = plan else {
-            return self.remote.create_physical_plan(plan, session).await;
+            let job = self.remote.create_physical_plan(plan, session).await?;
+            return Ok(Arc::new(JobExec::new(job, self.scheduler.clone())));
         };
         let mut local = copy.clone();
         local.input = Arc::new(LogicalPlan::Extension(Extension {
@@ -241,6 +259,7 @@ impl QueryPlanner for ClientPlanner {
         let planner =
             DefaultPhysicalPlanner::with_extension_planners(vec![Arc::new(OnClusterPlanner {
                 remote: Arc::clone(&self.remote),
+                scheduler: self.scheduler.clone(),
             })]);
         planner
             .create_physical_plan(&LogicalPlan::Copy(local), session)
@@ -293,6 +312,7 @@ impl UserDefinedLogicalNodeCore for OnCluster {
 
 struct OnClusterPlanner {
     remote: Arc<BallistaQueryPlanner<LogicalPlanNode>>,
+    scheduler: String,
 }
 
 #[async_trait]
@@ -309,9 +329,10 @@ impl ExtensionPlanner for OnClusterPlanner {
         let Some(node) = node.as_any().downcast_ref::<OnCluster>() else {
             return Ok(None);
         };
-        self.remote
+        let job = self
+            .remote
             .create_physical_plan(&node.plan, session)
-            .await
-            .map(Some)
+            .await?;
+        Ok(Some(Arc::new(JobExec::new(job, self.scheduler.clone()))))
     }
 }

@@ -13,6 +13,10 @@
 //! and the executor. A scheduler (no registry) plans with placeholders that
 //! carry the signature and fail if ever run.
 //!
+//! An executor's codec with a [`JobWatch`] wraps each decoded UDF operator in
+//! a [`WatchExec`], which stops it (and its prefetch input) when its job
+//! stops.
+//!
 //! Wire format of our nodes: the tag `udfchain/1:`, one byte naming the
 //! part, then a JSON body (schemas inside it as Arrow IPC bytes). Any buffer
 //! without the tag is Ballista's, and any node that is not ours is encoded by
@@ -44,6 +48,7 @@ use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConve
 use serde::{Deserialize, Serialize};
 use udfchain_udfs::Signature;
 
+use super::job_watch::{JobWatch, WatchExec};
 use super::registry::{UdfRegistry, placeholder};
 use crate::error::Error;
 use crate::plan::{
@@ -59,6 +64,7 @@ const MEMORY_TABLE: u8 = b'M';
 const UDF_EXEC: u8 = b'E';
 const PREFETCH_EXEC: u8 = b'P';
 const LISTING_EXEC: u8 = b'L';
+const WATCH_EXEC: u8 = b'W';
 
 fn df(e: impl std::fmt::Display) -> DataFusionError {
     DataFusionError::Internal(format!("cluster codec: {e}"))
@@ -429,6 +435,8 @@ pub struct PhysicalCodec {
     /// The root caches and temp dirs go under on this node (an executor's
     /// work dir), instead of the client's.
     root: Option<PathBuf>,
+    /// On an executor: stops its udfchain operators when their job stops.
+    watch: Option<Arc<JobWatch>>,
     inner: BallistaPhysicalExtensionCodec,
 }
 
@@ -448,7 +456,22 @@ impl PhysicalCodec {
             registry: Some(registry),
             node: node.to_string(),
             root,
+            watch: None,
             inner: BallistaPhysicalExtensionCodec::default(),
+        }
+    }
+
+    /// Decoded UDF operators stop when `watch` sees their job fail or
+    /// be cancelled ([`WatchExec`]).
+    pub fn with_job_watch(mut self, watch: Arc<JobWatch>) -> Self {
+        self.watch = Some(watch);
+        self
+    }
+
+    fn watched(&self, plan: Arc<dyn ExecutionPlan>) -> Arc<dyn ExecutionPlan> {
+        match &self.watch {
+            Some(w) => Arc::new(WatchExec::new(plan, Arc::clone(w))),
+            None => plan,
         }
     }
 
@@ -485,13 +508,16 @@ impl PhysicalExtensionCodec for PhysicalCodec {
                 let udf = self.udf(&wire.udf)?;
                 let settings = wire.udf.settings.settings(self.root.as_ref())?;
                 let (schema, _) = from_ipc(&wire.schema)?;
-                udf_exec(&udf, &settings, one()?, wire.prefetched, schema)
+                let exec = udf_exec(&udf, &settings, one()?, wire.prefetched, schema)?;
+                Ok(self.watched(exec))
             }
             PREFETCH_EXEC => {
                 let wire: WirePrefetch = read(body)?;
                 let options = wire.options(self.root.as_ref())?;
                 Ok(Arc::new(PrefetchExec::new(one()?, wire.file_cols, options)))
             }
+            // Its input was wrapped again when decoded, if this codec watches.
+            WATCH_EXEC => one(),
             LISTING_EXEC => {
                 let wire: WireStorage = read(body)?;
                 let schema = if wire.no_columns {
@@ -528,6 +554,9 @@ impl PhysicalExtensionCodec for PhysicalCodec {
                 PREFETCH_EXEC,
                 &WirePrefetch::new(p.file_cols(), p.options()),
             );
+        }
+        if node.downcast_ref::<WatchExec>().is_some() {
+            return write(buf, WATCH_EXEC, &());
         }
         if let Some(l) = node.downcast_ref::<ListingExec>() {
             let mut wire = WireStorage::new(l.table());

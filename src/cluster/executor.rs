@@ -8,7 +8,8 @@
 //! there by a killed executor are swept when an executor starts on the same
 //! work dir, before it takes any task. A task naming a UDF this executor does
 //! not have fails while its plan is decoded with an error naming the UDF and
-//! this executor (`executor <id> at <host>:<port>`). Reaching the scheduler
+//! this executor (`executor <id> at <host>:<port>`). Its udfchain operators
+//! stop when their job is cancelled or fails ([`JobWatch`]). Reaching the scheduler
 //! is tried for at most [`SCHEDULER_WAIT`], then startup fails.
 
 use std::path::PathBuf;
@@ -23,6 +24,7 @@ use udfchain_udfs::BoxError;
 
 use super::client::{reachable, scheduler_url};
 use super::codec::{LogicalCodec, PhysicalCodec};
+use super::job_watch::JobWatch;
 use super::registry::UdfRegistry;
 use crate::error::{Error, Result};
 use crate::plan::UdfKind;
@@ -213,11 +215,11 @@ impl ExecutorBuilder {
             "executor {} at {}:{flight_port}",
             config.executor_id, self.bind_host
         );
-        config.override_physical_codec = Some(Arc::new(PhysicalCodec::executor(
-            Arc::new(self.registry),
-            &node,
-            Some(root),
-        )));
+        let watch = Arc::new(JobWatch::new(format!("http://{addr}")));
+        config.override_physical_codec = Some(Arc::new(
+            PhysicalCodec::executor(Arc::new(self.registry), &node, Some(root))
+                .with_job_watch(watch),
+        ));
         eprintln!(
             "udfchain: {node}, scheduler {addr}, work dir {}",
             work_dir.display()

@@ -8,6 +8,10 @@
 //! - [`spread`]: `workers` partitions per UDF on a cluster.
 //! - [`client`]: `Session::remote(url, settings)`, `Session::standalone`, and
 //!   writes (`save`) that run on the client.
+//! - [`job`]: a job seen from the client: cancelled when its stream is
+//!   dropped, its task errors readable.
+//! - [`job_watch`]: on executors, udfchain operators stop when their job is
+//!   cancelled or failed.
 //! - [`scheduler`] / [`executor`]: the two processes (`udfchain cluster
 //!   scheduler|executor`), and builders for Rust users with their own UDFs.
 
@@ -15,6 +19,8 @@ pub mod cli;
 pub mod client;
 pub mod codec;
 pub mod executor;
+pub mod job;
+pub mod job_watch;
 pub mod registry;
 pub mod scheduler;
 pub mod spread;

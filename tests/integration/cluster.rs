@@ -8,7 +8,10 @@
 //! same rows as local; one executor killed with SIGKILL mid-query, the query
 //! still ends (rows or a clear error) in bounded time; the killed executor's
 //! prefetch dirs are swept when it restarts; a scheduler that is down is a
-//! clear error at once.
+//! clear error at once. A query whose stream the client drops is cancelled
+//! on the cluster (the executor stops calling the UDF, its slot is free
+//! again), in process and with real processes; a failing UDF's error reaches
+//! the client as one readable line.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -101,6 +104,7 @@ fn registry() -> UdfRegistry {
         .register_gen("pieces", pieces)
         .register_batch_map("byte_sum", byte_sum)
         .register_agg("total", total)
+        .register_map("counted", counted)
 }
 
 /// Files `d{i%3}/f{i}.bin` of 20 + 7i bytes in the S3 server's bucket.
@@ -213,8 +217,8 @@ async fn on_error_travels_with_the_udf() {
         .collect()
         .await
         .expect_err("fail");
-    // Ballista passes a task's error on as text (its `Debug` form): the UDF,
-    // the file, the row and the cause are all in it.
+    // The executor's one line reaches the client: the UDF, the file, the row
+    // and the cause are all in it.
     let text = err.to_string();
     for part in ["picky", "s3://bucket/data/", "row", "odd length"] {
         assert!(text.contains(part), "{part}: {text}");
@@ -359,7 +363,8 @@ impl Child {
             "--nocapture",
         ])
         .env("UDFCHAIN_TEST_SCHEDULER", format!("127.0.0.1:{scheduler}"))
-        .env("UDFCHAIN_TEST_WORK_DIR", work_dir);
+        .env("UDFCHAIN_TEST_WORK_DIR", work_dir)
+        .env("UDFCHAIN_TEST_COUNT_FILE", work_dir.with_extension("count"));
         Self::spawn(cmd)
     }
 
@@ -677,4 +682,335 @@ async fn the_cli_runs_queries_and_scripts_on_a_cluster_of_cli_processes() {
         "{stderr}"
     );
     assert!(started.elapsed() < Duration::from_secs(30));
+}
+
+/// Calls of `counted` in this process.
+static COUNTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// map: counts its calls (in [`COUNTED`], and one byte appended to
+/// `$UDFCHAIN_TEST_COUNT_FILE` in an executor process), then takes 100 ms.
+async fn counted(f: File) -> Result<u64, UdfError> {
+    COUNTED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    if let Ok(path) = std::env::var("UDFCHAIN_TEST_COUNT_FILE") {
+        use std::io::Write;
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .expect("count file");
+        file.write_all(b".").expect("count");
+    }
+    let n = f.read().await?.len() as u64;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    Ok(n)
+}
+
+/// `counted` over `s3://bucket/data/` in `session`, on one partition.
+fn counted_chain(session: &Arc<Session>) -> Chain {
+    session
+        .from_storage("s3://bucket/data/")
+        .settings(Settings::new().prefetch(2).parallel(1))
+        .map("n", counted)
+}
+
+/// Runs the 60-file `counted` chain for 1.5 s, drops it, and returns the
+/// call counts (by `count`) 1.5 s and 3.5 s after the drop.
+async fn drop_after_a_while(session: &Arc<Session>, count: impl Fn() -> usize) -> (usize, usize) {
+    let run = tokio::time::timeout(
+        Duration::from_millis(1500),
+        counted_chain(session).collect(),
+    )
+    .await;
+    assert!(run.is_err(), "the query takes ~6 s, it cannot end in 1.5 s");
+    let at_drop = count();
+    // The cancel reaches the executor; a call in flight may still finish.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let after_cancel = count();
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let later = count();
+    eprintln!("calls: {at_drop} at the drop, {after_cancel} 1.5 s later, {later} 3.5 s later");
+    (after_cancel, later)
+}
+
+/// After a cancel the executor's one slot is free: a 3-file query (on a
+/// prefix of its own) is done well before the cancelled job would have been.
+async fn the_slot_is_free(session: &Arc<Session>) {
+    let started = Instant::now();
+    let rows = session
+        .from_storage("s3://bucket/few/")
+        .settings(Settings::new().prefetch(2))
+        .map("n", counted)
+        .collect()
+        .await
+        .expect("a query after the cancel");
+    assert_eq!(rows.iter().map(|b| b.num_rows()).sum::<usize>(), 3);
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "waited for the cancelled job: {:?}",
+        started.elapsed()
+    );
+}
+
+/// A client that drops a query's stream before its end (a timeout around
+/// `collect`) has the job cancelled on the cluster: the executor stops
+/// calling the UDF well before the 60 files are done, and its one slot is
+/// free for the next query. Without the cancel the job runs to its end
+/// (~6 s, the count growing after the drop).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_query_is_cancelled_on_the_cluster() {
+    let server = server_with_files(60);
+    write_files(&server.bucket_dir().join("few"), 3, |i| 10 + i);
+    let cluster = Session::standalone(
+        server.settings().workers(1),
+        UdfRegistry::new().register_map("counted", counted),
+        1,
+    )
+    .await
+    .expect("standalone cluster");
+    let count = || COUNTED.load(std::sync::atomic::Ordering::SeqCst);
+    let (after_cancel, later) = drop_after_a_while(&cluster, count).await;
+    assert!(after_cancel > 0, "the job started");
+    assert_eq!(later, after_cancel, "calls went on after the cancel");
+    assert!(later < 60, "the whole job ran: {later} calls");
+    the_slot_is_free(&cluster).await;
+}
+
+/// The same with real processes: a scheduler and two executor processes
+/// of one slot each; the calls are counted in files the executors append to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_query_is_cancelled_on_a_cluster_of_processes() {
+    let server = server_with_files(60);
+    write_files(&server.bucket_dir().join("few"), 3, |i| 10 + i);
+    let cluster = Cluster::start().await;
+    let session = Session::remote(&cluster.url(), server.settings().workers(1))
+        .await
+        .expect("connect");
+    let counts: Vec<PathBuf> = cluster
+        .work_dirs
+        .iter()
+        .map(|w| w.with_extension("count"))
+        .collect();
+    let count = || {
+        counts
+            .iter()
+            .map(|c| std::fs::metadata(c).map(|m| m.len() as usize).unwrap_or(0))
+            .sum::<usize>()
+    };
+    let chain = counted_chain(&session);
+    let run = tokio::spawn(async move { chain.collect().await });
+    // The job, named by its shuffle dir `<work dir>/<job id>/`, runs.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let job = loop {
+        let jobs: Vec<String> = cluster
+            .work_dirs
+            .iter()
+            .filter_map(|w| std::fs::read_dir(w).ok())
+            .flat_map(|d| d.flatten())
+            .filter(|e| e.path().is_dir())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            // Not udfchain's caches, not DataFusion's spill dirs.
+            .filter(|name| name != "udfchain" && !name.starts_with("datafusion-"))
+            .collect();
+        if let [job] = jobs.as_slice() {
+            break job.clone();
+        }
+        assert!(Instant::now() < deadline, "no job started: {jobs:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let status = scheduler_job_status(cluster.port, &job).await;
+    assert!(status.contains("Running"), "the job: {status}");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The client drops the query's stream.
+    run.abort();
+    assert!(
+        run.await.is_err(),
+        "the query takes ~6 s, it cannot end in 1.5 s"
+    );
+    let at_drop = count();
+    // The cancel reaches the executor; a call in flight may still finish.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let after_cancel = count();
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let later = count();
+    eprintln!("calls: {at_drop} at the drop, {after_cancel} 1.5 s later, {later} 3.5 s later");
+    assert!(after_cancel > 0, "the job started");
+    assert_eq!(later, after_cancel, "calls went on after the cancel");
+    assert!(later < 60, "the whole job ran: {later} calls");
+    // The scheduler failed the job as cancelled (and may have forgotten it).
+    let status = scheduler_job_status(cluster.port, &job).await;
+    eprintln!("job {job} after the cancel: {status}");
+    assert!(
+        status.contains("Failed") && status.contains("\"Cancelled\"") || status == "None",
+        "the job: {status}"
+    );
+    the_slot_is_free(&session).await;
+}
+
+/// The scheduler's status of `job`, as `Debug` text.
+async fn scheduler_job_status(port: u16, job: &str) -> String {
+    use ballista_core::serde::protobuf::GetJobStatusParams;
+    use ballista_core::serde::protobuf::scheduler_grpc_client::SchedulerGrpcClient;
+    let mut client = SchedulerGrpcClient::connect(format!("http://127.0.0.1:{port}"))
+        .await
+        .expect("connect to the scheduler");
+    let status = client
+        .get_job_status(GetJobStatusParams {
+            job_id: job.to_string(),
+        })
+        .await
+        .expect("job status")
+        .into_inner()
+        .status;
+    format!("{status:?}")
+}
+
+/// A UDF failing on an executor (on_error = fail) reaches the client as one
+/// readable line naming the UDF, the file and the cause, as locally, not as
+/// Ballista's nested `Debug` text (which stays in the error's sources).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_error_reaches_the_client_as_one_readable_line() {
+    let server = server_with_files(4);
+    let cluster = Session::standalone(server.settings().workers(1), registry(), 1)
+        .await
+        .expect("standalone cluster");
+    let err = cluster
+        .from_storage("s3://bucket/data/")
+        .settings(Settings::new().on_error(udfchain::OnError::Fail))
+        .map("n", picky)
+        .collect()
+        .await
+        .expect_err("odd lengths fail");
+    let text = err.to_string();
+    eprintln!("{text}");
+    assert_eq!(text.lines().count(), 1, "{text}");
+    for part in ["picky", "s3://bucket/data/", "odd length"] {
+        assert!(text.contains(part), "{part}: {text}");
+    }
+    for noise in ["Execution(", "\\\"", "DataFusionError"] {
+        assert!(!text.contains(noise), "{noise}: {text}");
+    }
+    let mut sources = String::new();
+    let mut source = std::error::Error::source(&err);
+    while let Some(s) = source {
+        sources.push_str(&s.to_string());
+        source = s.source();
+    }
+    assert!(sources.contains("Execution("), "the raw report: {sources}");
+}
+
+/// `explain_analyze` of a chain run on the cluster shows udfchain's operator
+/// metrics of the remote run, summed over its tasks (here two partitions):
+/// prefetch fetched every file once, the UDF ran once per file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_runs_operator_metrics_reach_the_client() {
+    let server = server_with_files(12);
+    let udfs = UdfRegistry::with_builtins().register_map("meta", meta);
+    let cluster = Session::standalone(server.settings().workers(2), udfs, 2)
+        .await
+        .expect("standalone cluster");
+    let text = cluster
+        .from_storage("s3://bucket/data/")
+        .settings(Settings::new().prefetch(3))
+        .map("meta", meta)
+        .explain_analyze()
+        .await
+        .expect("explain analyze");
+    eprintln!("{text}");
+    for metric in [
+        "PrefetchExec.files_fetched=12",
+        "MapExec.output_rows=12",
+        "PrefetchExec.peak_in_flight=",
+    ] {
+        assert!(text.contains(metric), "{metric}: {text}");
+    }
+    // SQL: `EXPLAIN ANALYZE` prints each stage's executed plan with its metrics.
+    let runner = udfchain::ScriptRunner::new(cluster);
+    let text = crate::support::last_table(
+        &runner,
+        "EXPLAIN ANALYZE SELECT sha256(file) AS h FROM read_storage('s3://bucket/data/')",
+    )
+    .await;
+    eprintln!("{text}");
+    assert!(text.contains("files_fetched=12"), "{text}");
+}
+
+/// Ctrl-C (SIGINT) of `udfchain --cluster ... query` cancels the job on the
+/// cluster: the CLI exits with an error saying so, and the executor process
+/// stops downloading (the S3 server, 150 ms per request, sees no new GET).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_of_the_cli_cancels_its_job_on_the_cluster() {
+    let server = S3Server::start_shaped(Duration::from_millis(150), None);
+    write_files(&server.bucket_dir().join("data"), 40, |i| 20 + i);
+    let dir = tempfile::tempdir().expect("dir");
+    let port = free_port();
+    let _scheduler = Child::scheduler(port);
+    let work = dir.path().join("exec");
+    let mut exec = Command::new(env!("CARGO_BIN_EXE_udfchain"));
+    exec.args(["cluster", "executor", "--slots", "1", "--scheduler"])
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--work-dir")
+        .arg(&work);
+    let _executor = Child::spawn(exec);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !work.exists() {
+        assert!(Instant::now() < deadline, "the executor did not start");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut args: Vec<String> = vec![
+        "--root".into(),
+        dir.path().join("root").display().to_string(),
+        "--cluster".into(),
+        format!("df://127.0.0.1:{port}"),
+    ];
+    for kv in [
+        format!("storage.endpoint={}", server.endpoint),
+        "storage.allow_http=true".into(),
+        format!("storage.access_key_id={}", crate::support::ACCESS_KEY),
+        format!("storage.secret_access_key={}", crate::support::SECRET_KEY),
+        "storage.region=us-east-1".into(),
+        "storage.virtual_hosted_style_request=false".into(),
+        "workers=1".into(),
+        "prefetch=1".into(),
+    ] {
+        args.extend(["--set".into(), kv]);
+    }
+    args.extend([
+        "query".into(),
+        "SELECT sha256(file) AS h FROM read_storage('s3://bucket/data/')".into(),
+    ]);
+    let client = Command::new(env!("CARGO_BIN_EXE_udfchain"))
+        .args(&args)
+        .env("CI", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the client");
+    // The job runs (GETs arrive), then Ctrl-C.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while server.object_gets() < 3 {
+        assert!(Instant::now() < deadline, "the job did not start");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let pid = client.id().to_string();
+    let kill = Command::new("kill").args(["-INT", &pid]).status();
+    assert!(kill.expect("kill").success());
+    let out = tokio::time::timeout(
+        Duration::from_secs(20),
+        tokio::task::spawn_blocking(move || client.wait_with_output()),
+    )
+    .await
+    .expect("the client exits soon after Ctrl-C")
+    .expect("join")
+    .expect("client output");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("interrupted"), "{stderr}");
+    let at_exit = server.object_gets();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let after_cancel = server.object_gets();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    eprintln!("GETs: {at_exit} when the CLI exited, {after_cancel} 1.5 s later");
+    assert_eq!(server.object_gets(), after_cancel, "GETs went on");
+    assert!(after_cancel < 40, "the whole job ran: {after_cancel} GETs");
 }
