@@ -40,6 +40,7 @@ use super::codec::{LogicalCodec, PhysicalCodec};
 use super::job::JobExec;
 use super::job_watch::JobWatch;
 use super::registry::UdfRegistry;
+use super::reruns::OneFinalTask;
 use super::spread::Spread;
 use crate::error::{Error, Result};
 use crate::plan::UdfQueryPlanner;
@@ -106,6 +107,7 @@ pub(crate) fn planning_state(config: SessionConfig) -> DfResult<SessionState> {
     Ok(SessionStateBuilder::new_from_existing(state)
         .with_query_planner(Arc::new(UdfQueryPlanner))
         .with_physical_optimizer_rule(Arc::new(Spread))
+        .with_physical_optimizer_rule(Arc::new(OneFinalTask))
         .build())
 }
 
@@ -147,6 +149,7 @@ impl Session {
         let state = SessionStateBuilder::new_from_existing(base.state())
             .with_config(config.clone())
             .with_physical_optimizer_rule(Arc::new(Spread))
+            .with_physical_optimizer_rule(Arc::new(OneFinalTask))
             .build();
         let started = |e: ballista_core::error::BallistaError| Error::Cluster {
             url: "standalone".into(),

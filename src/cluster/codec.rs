@@ -50,6 +50,7 @@ use udfchain_udfs::Signature;
 
 use super::job_watch::{JobWatch, WatchExec};
 use super::registry::{UdfRegistry, placeholder};
+use super::reruns::one_read_per_map_output;
 use crate::error::Error;
 use crate::plan::{
     PrefetchExec, PrefetchOptions, UdfKind, UdfNode, prefetch_options, udf_exec, udf_exec_parts,
@@ -496,6 +497,10 @@ impl PhysicalExtensionCodec for PhysicalCodec {
         proto_converter: &dyn PhysicalProtoConverterExtension,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         let Some((kind, body)) = ours(buf) else {
+            // Ballista's node; a shuffle read after a rerun reads each map
+            // output once (see reruns.rs).
+            let fixed = one_read_per_map_output(buf);
+            let buf = fixed.as_deref().unwrap_or(buf);
             return self.inner.try_decode(buf, inputs, ctx, proto_converter);
         };
         let one = || match inputs {

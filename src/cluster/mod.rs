@@ -6,6 +6,8 @@
 //!   Ballista's; UDFs travel by name.
 //! - [`registry`]: the UDFs an executor runs, by name.
 //! - [`spread`]: `workers` partitions per UDF on a cluster.
+//! - [`reruns`]: every row once when Ballista reruns a stage after an
+//!   executor was lost.
 //! - [`client`]: `Session::remote(url, settings)`, `Session::standalone`, and
 //!   writes (`save`) that run on the client.
 //! - [`job`]: a job seen from the client: cancelled when its stream is
@@ -22,6 +24,7 @@ pub mod executor;
 pub mod job;
 pub mod job_watch;
 pub mod registry;
+pub mod reruns;
 pub mod scheduler;
 pub mod spread;
 
@@ -29,5 +32,6 @@ pub use client::{CONNECT_TIMEOUT, scheduler_url};
 pub use codec::{LogicalCodec, PhysicalCodec};
 pub use executor::{Executor, ExecutorBuilder};
 pub use registry::UdfRegistry;
+pub use reruns::OneFinalTask;
 pub use scheduler::{Scheduler, SchedulerBuilder};
 pub use spread::Spread;

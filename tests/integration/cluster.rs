@@ -461,13 +461,16 @@ async fn a_scheduler_and_two_executor_processes_give_the_local_rows() {
         assert_eq!(remote[kind], local[kind], "{kind}: cluster rows differ");
     }
     // workers = 2 spread a UDF's partitions over both executors: some job
-    // wrote shuffle output (Arrow files under `<work dir>/<job id>/`) on each.
+    // ran a task on each (a task writes its shuffle output below `<work
+    // dir>/<job id>/`; Ballista deletes the files of stages already read, the
+    // job's dir stays until its data is cleaned up).
     let jobs = |w: &PathBuf| -> std::collections::BTreeSet<std::ffi::OsString> {
         std::fs::read_dir(w)
             .map(|d| {
                 d.flatten()
-                    .filter(|e| arrow_files(&e.path()) > 0)
+                    .filter(|e| e.path().is_dir())
                     .map(|e| e.file_name())
+                    .filter(|n| n != "udfchain" && !n.to_string_lossy().starts_with("datafusion-"))
                     .collect()
             })
             .unwrap_or_default()
@@ -511,15 +514,23 @@ async fn an_executor_killed_mid_query_ends_the_query_in_bounded_time_and_is_swep
         let session = Arc::clone(&session);
         async move { slow_rows(&session).await }
     });
-    // Mid-query: an executor has a prefetch dir (files of its running task).
+    // Mid-query: an executor has a prefetch dir (files of its running task)
+    // with its owner lock. A dir killed between its mkdir and its lock file is
+    // swept only once 60 s old (owner::GRACE), so those are not waited for.
     let roots: Vec<PathBuf> = cluster
         .work_dirs
         .iter()
         .map(|w| w.join("udfchain"))
         .collect();
+    let locked = |root: &PathBuf| -> Vec<PathBuf> {
+        prefetch_dirs(root)
+            .into_iter()
+            .filter(|d| d.join(".owner.lock").exists())
+            .collect()
+    };
     let deadline = Instant::now() + Duration::from_secs(60);
     let victim = loop {
-        if let Some(i) = roots.iter().position(|r| !prefetch_dirs(r).is_empty()) {
+        if let Some(i) = roots.iter().position(|r| !locked(r).is_empty()) {
             break i;
         }
         assert!(Instant::now() < deadline, "no executor started a task");
@@ -527,7 +538,7 @@ async fn an_executor_killed_mid_query_ends_the_query_in_bounded_time_and_is_swep
     };
     cluster.executors[victim].kill();
     let killed_at = Instant::now();
-    let left = prefetch_dirs(&roots[victim]);
+    let left = locked(&roots[victim]);
     assert!(!left.is_empty(), "SIGKILL leaves the task's prefetch dir");
     // Bound: the scheduler declares it dead after EXECUTOR_TIMEOUT and runs
     // its tasks on the other executor; either way the query ends.
@@ -565,24 +576,6 @@ async fn an_executor_killed_mid_query_ends_the_query_in_bounded_time_and_is_swep
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-}
-
-/// The Arrow files below `dir` (an executor's shuffle output).
-fn arrow_files(dir: &Path) -> usize {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
-    };
-    entries
-        .flatten()
-        .map(|e| {
-            let p = e.path();
-            if p.is_dir() {
-                arrow_files(&p)
-            } else {
-                usize::from(p.extension().is_some_and(|x| x == "arrow"))
-            }
-        })
-        .sum()
 }
 
 /// Runs the `udfchain` binary with `args` (and `stdin`), at most 120 s.
