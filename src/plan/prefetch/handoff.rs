@@ -80,6 +80,19 @@ impl Handoff {
 }
 
 #[cfg(test)]
+impl Handoff {
+    /// For tests of the operator side: the prefetch dropped row `seq`.
+    pub fn dropped_for_test(&self, seq: u64) {
+        self.dropped(seq);
+    }
+
+    /// For tests of the operator side: the rows settled so far.
+    pub fn settled_for_test(&self) -> Vec<u64> {
+        self.take_settled()
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
