@@ -26,6 +26,12 @@
 //! of finished rows never drains the window while input is ready; every
 //! download is a task aborted when the stream is dropped; a download error is
 //! returned in its row's turn under `ordered = true`.
+//!
+//! With a [`Handoff`] (a `MapExec` above that reorders its results itself), a
+//! row that finished is handed on at once instead of waiting in the buffer,
+//! with its position in the handoff; it still counts against the reorder bound
+//! (unless it was the next row due) until the map settles it, a dropped row
+//! (`on_error = skip`) is announced there, and an error still waits for its turn.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
