@@ -7,6 +7,7 @@
 //! cargo bench --bench workloads -- --only A,E
 //! cargo bench --bench workloads -- --only A --prefetch 128,auto,default
 //! cargo bench --bench workloads -- --only A --prefetch 128 --udfchain-only  # to profile
+//! UDFCHAIN_BENCH_SEED=7 cargo bench --bench workloads -- --only 'A~tail'  # other tail draws
 //! ```
 //!
 //! Each workload runs across prefetch x parallel, next to a serial object_store
@@ -140,10 +141,17 @@ struct Spec {
 }
 
 impl Spec {
-    /// The server's added latency per request.
+    /// The server's added latency per request. The tail model's seed is 42
+    /// unless `UDFCHAIN_BENCH_SEED` says otherwise: one seed draws the same
+    /// delays for the same run of a workload every time (the stalls land on
+    /// the same runs), so compare settings over several seeds.
     fn latency_model(&self) -> Latency {
         if self.tail {
-            Latency::object_store_tail(42)
+            let seed = std::env::var("UDFCHAIN_BENCH_SEED")
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(42);
+            Latency::object_store_tail(seed)
         } else {
             Latency::Constant(self.latency)
         }

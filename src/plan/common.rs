@@ -42,7 +42,8 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
 
 use super::batches::{append_column, take_rows};
-use super::prefetch::PrefetchExec;
+use super::in_order::InOrder;
+use super::prefetch::{Handoff, PrefetchExec};
 use super::skip_list::SkipList;
 use crate::cache::LocalCopies;
 use crate::cache::StoreSource;
@@ -359,6 +360,19 @@ impl<U: ?Sized> UdfOperator<U> {
         partition: usize,
         ctx: &Arc<TaskContext>,
     ) -> DfResult<(SendableRecordBatchStream, Partition<U>, BaselineMetrics)> {
+        self.start_with(partition, ctx, false)
+    }
+
+    /// [`UdfOperator::start`]; with `handoff` (an operator that puts its
+    /// results back in input order itself) an ordered `PrefetchExec` below
+    /// hands rows on as their downloads finish, and [`Partition::handoff`]
+    /// says where each belongs.
+    pub fn start_with(
+        &self,
+        partition: usize,
+        ctx: &Arc<TaskContext>,
+        handoff: bool,
+    ) -> DfResult<(SendableRecordBatchStream, Partition<U>, BaselineMetrics)> {
         let (input, handle) = if self.prefetched {
             let prefetch = self.input.downcast_ref::<PrefetchExec>().ok_or_else(|| {
                 Error::internal(format!(
@@ -368,19 +382,21 @@ impl<U: ?Sized> UdfOperator<U> {
                 ))
                 .into_df()
             })?;
-            let (input, handle) = prefetch.execute_with_copies(partition, Arc::clone(ctx))?;
+            let (input, handle) =
+                prefetch.execute_with_copies(partition, Arc::clone(ctx), handoff)?;
             (input, Some(handle))
         } else {
             (self.input.execute(partition, Arc::clone(ctx))?, None)
         };
-        let (local, temp) = match handle {
-            Some(h) => (Some(h.local), Some(h.temp)),
-            None => (None, None),
+        let (local, temp, handoff) = match handle {
+            Some(h) => (Some(h.local), Some(h.temp), h.handoff),
+            None => (None, None, None),
         };
         let part = Partition {
             source: self.call.file_source(ctx, local.clone())?,
             local,
             temp,
+            handoff,
             copies_left: MetricBuilder::new(&self.metrics).gauge("copies_left", partition),
             call: Arc::clone(&self.call),
             udf: Arc::clone(&self.udf),
@@ -404,6 +420,8 @@ pub struct Partition<U: ?Sized> {
     pub local: Option<Arc<dyn LocalCopies>>,
     /// The same copies, counted.
     temp: Option<Arc<TempCache>>,
+    /// Rows come as their downloads finish, each with its position here.
+    pub handoff: Option<Arc<Handoff>>,
     /// Copies still counted on when the output ended (0: every row released its files).
     copies_left: Gauge,
     /// Rows dropped under `on_error = skip` (every one, listed or not).
@@ -419,6 +437,7 @@ impl<U: ?Sized> Clone for Partition<U> {
             schema: Arc::clone(&self.schema),
             local: self.local.clone(),
             temp: self.temp.clone(),
+            handoff: self.handoff.clone(),
             copies_left: self.copies_left.clone(),
             skipped_rows: self.skipped_rows.clone(),
         }
@@ -458,6 +477,31 @@ impl<U: ?Sized> Partition<U> {
         } else {
             calls.buffer_unordered(parallel).boxed()
         };
+        let stream = results
+            .try_filter_map(move |done| futures::future::ready(Ok(self.emit(done))))
+            .inspect_ok(move |b| baseline.record_output(b.num_rows()))
+            .chain(end);
+        Box::pin(datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(schema, stream))
+    }
+
+    /// The output stream of an operator whose calls come from a [`Handoff`]
+    /// (rows as their downloads finish): each call's future resolves to the
+    /// row's position and its result; `calls` run `parallel` at once, as they
+    /// come, and their results are emitted in input order (see [`InOrder`]).
+    pub fn output_in_order<S, F>(
+        self,
+        calls: S,
+        handoff: Arc<Handoff>,
+        baseline: BaselineMetrics,
+    ) -> SendableRecordBatchStream
+    where
+        U: Send + Sync + 'static,
+        S: Stream<Item = F> + Send + 'static,
+        F: Future<Output = (Option<u64>, DfResult<Done>)> + Send + 'static,
+    {
+        use futures::TryStreamExt;
+        let (schema, end) = (Arc::clone(&self.schema), self.end());
+        let results = InOrder::new(calls.buffer_unordered(self.call.parallel).boxed(), handoff);
         let stream = results
             .try_filter_map(move |done| futures::future::ready(Ok(self.emit(done))))
             .inspect_ok(move |b| baseline.record_output(b.num_rows()))

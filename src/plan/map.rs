@@ -9,7 +9,10 @@
 //! calls finish, so a dropped stream or a `limit` above stops the work. Rows
 //! whose input holds `File`s go one per call, so each file is its own unit of
 //! work, error and cancellation; other rows go up to 1024 per call under
-//! `on_error = fail` and one per call otherwise.
+//! `on_error = fail` and one per call otherwise. With `ordered = true` over a
+//! `PrefetchExec`, rows reach the UDF as their downloads finish (a stalled
+//! download holds back only the output, not the calls of the rows behind it),
+//! within the prefetch's reorder bound, and results are emitted in input order.
 
 use std::fmt;
 use std::sync::Arc;
@@ -18,12 +21,15 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::error::Result as DfResult;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_plan::metrics::BaselineMetrics;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use futures::stream::{self, StreamExt, TryStreamExt};
 use udfchain_udfs::Mapper;
 
 use super::batches::{slices, unary_exec_boilerplate};
-use super::common::{Shape, UdfCall, UdfOperator};
+use super::common::{Partition, Shape, UdfCall, UdfOperator};
+use super::prefetch::Handoff;
+use crate::error::Error;
 use crate::settings::OnError;
 
 /// Rows per call when the UDF reads no file.
@@ -86,7 +92,10 @@ impl ExecutionPlan for MapExec {
         partition: usize,
         ctx: Arc<TaskContext>,
     ) -> DfResult<SendableRecordBatchStream> {
-        let (input, part, baseline) = self.op.start(partition, &ctx)?;
+        let (input, part, baseline) = self.op.start_with(partition, &ctx, self.op.call.ordered)?;
+        if let Some(handoff) = part.handoff.clone() {
+            return Ok(in_order(input, part, handoff, baseline));
+        }
         let call = Arc::clone(&part.call);
         let rows_per_call = if call.file_cols.is_empty() && call.on_error == OnError::Fail {
             VALUE_ROWS_PER_CALL
@@ -122,4 +131,39 @@ impl ExecutionPlan for MapExec {
             });
         Ok(out.output(calls, baseline))
     }
+}
+
+/// `ordered = true` over a `PrefetchExec` that hands rows on as their
+/// downloads finish: each (one-row) batch is called at once, named by its
+/// position in the input, and the results go back in input order.
+fn in_order(
+    input: SendableRecordBatchStream,
+    part: Partition<dyn Mapper>,
+    handoff: Arc<Handoff>,
+    baseline: BaselineMetrics,
+) -> SendableRecordBatchStream {
+    let out = part.clone();
+    let positions = Arc::clone(&handoff);
+    let calls = input.map(move |batch| {
+        let part = part.clone();
+        let seq = batch.as_ref().ok().and_then(|_| positions.take_seq());
+        async move {
+            let done = match (batch, seq) {
+                (Ok(row), Some(seq)) => {
+                    part.call_rows(
+                        &row,
+                        seq,
+                        |udf, params| async move { udf.map(params).await },
+                    )
+                    .await
+                }
+                (Ok(_), None) => {
+                    Err(Error::internal("a prefetched row without its position").into_df())
+                }
+                (Err(e), _) => Err(e),
+            };
+            (seq, done)
+        }
+    });
+    out.output_in_order(calls, handoff, baseline)
 }

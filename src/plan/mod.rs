@@ -7,6 +7,7 @@ mod batch_map;
 mod batches;
 mod common;
 mod generate;
+mod in_order;
 mod map;
 mod node;
 mod planner;

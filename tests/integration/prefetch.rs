@@ -941,12 +941,11 @@ async fn the_reorder_buffer_is_bounded_by_bytes_and_is_the_only_backpressure() {
     let root = tempfile::tempdir().expect("root");
     let (session, store) =
         one_slow_object("bounded", N, SIZE, "d0/f0006", Duration::from_secs(3)).await;
+    let (calls, udf) = timed_calls();
     let chain = session
         .from_storage("memory://bounded/")
         .settings(Settings::new().prefetch(8).parallel(1).root(root.path()))
-        .map("len", |f: File| async move {
-            f.read().await.map(|b| b.len() as u64)
-        });
+        .map("len", udf);
     let (paths, report) = paths_and_report(chain).await;
     let mut sorted = paths.clone();
     sorted.sort();
@@ -955,6 +954,8 @@ async fn the_reorder_buffer_is_bounded_by_bytes_and_is_the_only_backpressure() {
         paths, sorted,
         "ordered = true keeps the listing order exactly"
     );
+    let calls = calls.lock().expect("calls").clone();
+    assert_eq!(calls.len(), N);
     let peak = report.metric("PrefetchExec", "reorder_peak_bytes");
     assert!(
         peak <= BOUND,
@@ -973,6 +974,106 @@ async fn the_reorder_buffer_is_bounded_by_bytes_and_is_the_only_backpressure() {
         "{during} GETs started while the slow one was pending"
     );
     assert_eq!(store.peak_in_flight(), 8);
+    // The rows handed on behind the stalled one were called meanwhile (each
+    // counts against the bound until it is emitted): the 256 rows after it
+    // that the bound admits and the 2 before it, give or take the window.
+    let called = calls_while_pending(&store, &calls, "d0/f0006", Duration::from_millis(2800));
+    assert!(
+        (BOUND / SIZE - 8..=BOUND / SIZE + 2).contains(&called),
+        "{called} UDF calls while the slow download was pending"
+    );
+}
+
+/// A map UDF returning the file's length that records each call's file and
+/// start time.
+#[allow(clippy::type_complexity)]
+fn timed_calls() -> (
+    Arc<std::sync::Mutex<Vec<(String, Instant)>>>,
+    impl Fn(File) -> futures::future::BoxFuture<'static, Result<u64, udfchain::udfs::UdfError>>
+    + Send
+    + Sync
+    + 'static,
+) {
+    let calls = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = Arc::clone(&calls);
+    let udf = move |f: File| {
+        log.lock()
+            .expect("calls")
+            .push((f.path.clone(), Instant::now()));
+        let call: futures::future::BoxFuture<'static, Result<u64, udfchain::udfs::UdfError>> =
+            Box::pin(async move { f.read().await.map(|b| b.len() as u64) });
+        call
+    };
+    (calls, udf)
+}
+
+/// UDF calls (of other files than `slow`) that started before the slow
+/// object's GET ended (earlier than `within` after it started).
+fn calls_while_pending(
+    store: &CountingStore,
+    calls: &[(String, Instant)],
+    slow: &str,
+    within: Duration,
+) -> usize {
+    let slow_at = store.get_starts(slow)[0];
+    calls
+        .iter()
+        .filter(|(path, at)| !path.contains(slow) && *at < slow_at + within)
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ordered_map_calls_the_udf_on_the_rows_behind_a_stalled_download() {
+    const N: usize = 60;
+    const SIZE: usize = 100;
+    let root = tempfile::tempdir().expect("root");
+    // d0/f0006 is the third row of the listing.
+    let (session, store) =
+        one_slow_object("stalled", N, SIZE, "d0/f0006", Duration::from_millis(1500)).await;
+    let (calls, udf) = timed_calls();
+    let chain = session
+        .from_storage("memory://stalled/")
+        .settings(
+            Settings::new()
+                .prefetch(8)
+                .parallel(2)
+                .ordered(true)
+                .root(root.path()),
+        )
+        .map("len", udf);
+    let (paths, report) = paths_and_report(chain).await;
+    let mut sorted = paths.clone();
+    sorted.sort();
+    assert_eq!(paths.len(), N);
+    assert_eq!(paths, sorted, "the output keeps the listing order exactly");
+    assert_eq!(paths[2], "d0/f0006.bin");
+    let calls = calls.lock().expect("calls").clone();
+    assert_eq!(calls.len(), N, "one call per row");
+    // Every other row (59 of them, 20 ms each, 7 downloads at a time, ~0.2 s)
+    // reached the UDF while the stalled download was pending; in input order
+    // the 57 rows behind it would have waited the whole 1.5 s.
+    let called = calls_while_pending(&store, &calls, "d0/f0006", Duration::from_millis(1200));
+    assert_eq!(
+        called,
+        N - 1,
+        "UDF calls while the stalled download was pending"
+    );
+    let stalled_call = calls
+        .iter()
+        .find(|(p, _)| p.contains("d0/f0006"))
+        .map(|(_, at)| *at)
+        .expect("the stalled row was called");
+    assert!(
+        stalled_call >= store.get_starts("d0/f0006")[0] + Duration::from_millis(1400),
+        "the stalled row is called after its download"
+    );
+    // The rows behind it are held (after their calls) within the reorder bound.
+    let peak = report.metric("PrefetchExec", "reorder_peak_bytes");
+    assert!(
+        ((N - 3) * SIZE..=(N - 1) * SIZE).contains(&peak),
+        "reorder peak {peak}: the 57 rows behind the stalled one"
+    );
+    assert_eq!(report.metric("PrefetchExec", "peak_in_flight"), 8);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

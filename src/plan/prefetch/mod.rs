@@ -12,6 +12,9 @@
 //!   turn wait in a reorder buffer bounded by bytes (32 windows of the mean
 //!   row; its peak is `reorder_peak_bytes`), and a full reorder buffer is what
 //!   stops new requests (see `stream.rs`); `false` emits in completion order;
+//!   a `MapExec` above under `ordered = true` asks for a [`Handoff`]: then rows
+//!   are emitted as they finish, each with its input position, and count
+//!   against the same reorder bound until the map settles them in order;
 //! - the bytes of every row started and not yet taken (in flight or waiting
 //!   in the reorder buffer) are charged to DataFusion's memory pool: when the
 //!   pool refuses, no new download starts until a row is taken (one row always
@@ -45,6 +48,7 @@
 //!   error instead of silently downloading every file again.
 
 mod fetch;
+mod handoff;
 mod stream;
 mod window;
 
@@ -72,6 +76,8 @@ use fetch::{Downloads, PrefetchMetrics};
 use stream::PrefetchStream;
 use window::AutoWindow;
 
+pub use handoff::Handoff;
+
 /// What one partition of a `PrefetchExec` hands to the UDF operator above it,
 /// together with its stream.
 #[derive(Clone)]
@@ -81,6 +87,9 @@ pub struct PrefetchHandle {
     pub local: Arc<dyn LocalCopies>,
     /// The temp cache itself, for the end-of-run check that no copy is left.
     pub temp: Arc<TempCache>,
+    /// Asked for with `ordered = true`: rows come as their downloads finish,
+    /// each with its position here, for the operator to put back in order.
+    pub handoff: Option<Arc<Handoff>>,
 }
 
 /// How a `PrefetchExec` is configured.
@@ -156,20 +165,25 @@ impl PrefetchExec {
     }
 
     /// Executes `partition` and returns its stream with the handle to the local
-    /// copies its rows' files will have when they are emitted.
+    /// copies its rows' files will have when they are emitted. With `handoff`
+    /// and `ordered = true` the rows come as their downloads finish and the
+    /// handle's [`Handoff`] says where each belongs (the caller reorders).
     pub fn execute_with_copies(
         &self,
         partition: usize,
         ctx: Arc<TaskContext>,
+        handoff: bool,
     ) -> DfResult<(SendableRecordBatchStream, PrefetchHandle)> {
         let input = self.input.execute(partition, Arc::clone(&ctx))?;
         // No file system call here: the stream opens the caches on the
         // blocking pool before its first row (`Downloads::prepare`).
         let temp = TempCache::new(&self.options.root);
         let pins = WindowPins::new(Arc::clone(&temp) as _);
+        let handoff = (handoff && self.options.ordered).then(Arc::<Handoff>::default);
         let handle = PrefetchHandle {
             local: Arc::clone(&pins) as _,
             temp: Arc::clone(&temp),
+            handoff: handoff.clone(),
         };
         let m = |name: &'static str| MetricBuilder::new(&self.metrics).counter(name, partition);
         let metrics = PrefetchMetrics {
@@ -222,6 +236,7 @@ impl PrefetchExec {
             auto,
             reservation,
             shared,
+            handoff,
         );
         let schema = self.input.schema();
         let stream = futures::stream::unfold(state, |mut s| async move {
@@ -263,7 +278,7 @@ impl ExecutionPlan for PrefetchExec {
         partition: usize,
         ctx: Arc<TaskContext>,
     ) -> DfResult<SendableRecordBatchStream> {
-        self.execute_with_copies(partition, ctx)
+        self.execute_with_copies(partition, ctx, false)
             .map(|(stream, _)| stream)
     }
 }

@@ -26,8 +26,14 @@
 //! of finished rows never drains the window while input is ready; every
 //! download is a task aborted when the stream is dropped; a download error is
 //! returned in its row's turn under `ordered = true`.
+//!
+//! With a [`Handoff`] (a `MapExec` above that reorders its results itself), a
+//! row that finished is handed on at once instead of waiting in the buffer,
+//! with its position in the handoff; it still counts against the reorder bound
+//! (unless it was the next row due) until the map settles it, a dropped row
+//! (`on_error = skip`) is announced there, and an error still waits for its turn.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -41,6 +47,7 @@ use futures::stream::FuturesUnordered;
 use udfchain_udfs::{File, decode_column};
 
 use super::fetch::Downloads;
+use super::handoff::Handoff;
 use super::window::AutoWindow;
 use crate::error::Error;
 use crate::plan::batches::slices;
@@ -82,6 +89,12 @@ pub(super) struct Reorder {
     /// Bytes and rows started so far (for the mean row size).
     started_bytes: usize,
     started_rows: usize,
+    /// With a [`Handoff`]: rows handed on before their turn, by seq, with the
+    /// bytes they count in `bytes` until the operator above settles them.
+    out: BTreeMap<u64, usize>,
+    /// With a [`Handoff`]: rows after `next` that are done with (settled by
+    /// the operator above, or dropped).
+    settled: BTreeSet<u64>,
 }
 
 impl Reorder {
@@ -134,6 +147,48 @@ impl Reorder {
     fn head_ready(&self) -> bool {
         self.done.contains_key(&self.next)
     }
+
+    /// With a [`Handoff`]: row `seq` is handed on as it finished; unless it
+    /// is the next row due, it counts in `bytes` until settled (as it would
+    /// waiting in `done`).
+    fn handed_early(&mut self, seq: u64, peak: &Gauge) {
+        if let Some(cost) = self.in_flight.remove(&seq) {
+            self.in_flight_bytes -= cost;
+            let counted = if seq == self.next { 0 } else { cost };
+            self.bytes += counted;
+            peak.set_max(self.bytes);
+            self.out.insert(seq, counted);
+        }
+    }
+
+    /// With a [`Handoff`]: row `seq` was dropped here or settled above.
+    fn settle(&mut self, seq: u64) {
+        if let Some(cost) = self.in_flight.remove(&seq) {
+            self.in_flight_bytes -= cost;
+        }
+        if let Some(cost) = self.out.remove(&seq) {
+            self.bytes -= cost;
+        }
+        if seq >= self.next {
+            self.settled.insert(seq);
+        }
+        while self.settled.remove(&self.next) {
+            self.next += 1;
+        }
+    }
+
+    /// Whether rows were handed on early and not settled yet, or wait.
+    fn pending(&self) -> bool {
+        !self.out.is_empty() || !self.done.is_empty()
+    }
+}
+
+/// Resolves when the operator above settles a row (never without a handoff).
+async fn settled(handoff: &Option<Arc<Handoff>>) {
+    match handoff {
+        Some(h) => h.settled().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// What a row counts against the reorder bound: its file bytes, at least one.
@@ -159,6 +214,9 @@ pub(super) struct PrefetchStream {
     pub(super) auto: Option<AutoWindow>,
     pub(super) reservation: MemoryReservation,
     pub(super) shared: Arc<Downloads>,
+    /// `ordered = true` with the UDF operator reordering: rows are handed on
+    /// as they finish (see [`Handoff`]).
+    pub(super) handoff: Option<Arc<Handoff>>,
 }
 
 impl PrefetchStream {
@@ -170,6 +228,7 @@ impl PrefetchStream {
         auto: Option<AutoWindow>,
         reservation: MemoryReservation,
         shared: Arc<Downloads>,
+        handoff: Option<Arc<Handoff>>,
     ) -> Self {
         Self {
             input,
@@ -183,6 +242,7 @@ impl PrefetchStream {
             auto,
             reservation,
             shared,
+            handoff: handoff.filter(|_| ordered),
         }
     }
 
@@ -223,9 +283,22 @@ impl PrefetchStream {
             self.prepared = true;
         }
         loop {
+            if let (Some(h), Some(r)) = (&self.handoff, &mut self.reorder) {
+                for seq in h.take_settled() {
+                    r.settle(seq);
+                }
+            }
             self.fill();
             let head_ready = self.reorder.as_ref().is_some_and(|r| r.head_ready());
-            if self.in_flight.is_empty() && !head_ready && self.rows.is_empty() && self.input_done {
+            // With a handoff, a row waiting for its turn (an error) is not out yet.
+            let waiting =
+                self.handoff.is_some() && self.reorder.as_ref().is_some_and(|r| !r.done.is_empty());
+            if self.in_flight.is_empty()
+                && !head_ready
+                && !waiting
+                && self.rows.is_empty()
+                && self.input_done
+            {
                 // Every row is out: the pin has no next member to serve.
                 self.shared.unpin();
                 return None;
@@ -250,6 +323,8 @@ impl PrefetchStream {
                     continue;
                 }
                 () = std::future::ready(()), if head_ready => None,
+                // A row settled above may make room in the reorder bound.
+                () = settled(&self.handoff), if self.handoff.is_some() && self.reorder.as_ref().is_some_and(Reorder::pending) => continue,
                 done = self.in_flight.next(), if !self.in_flight.is_empty() => {
                     self.shared.metrics.udf_wait.add_duration(waited.elapsed());
                     match done {
@@ -265,12 +340,29 @@ impl PrefetchStream {
                 (None, Some(f)) => f,
                 (None, None) => continue,
                 (Some(r), done) => {
-                    if let Some(f) = done {
-                        r.finished(f, &self.shared.metrics.reorder_peak_bytes);
-                    }
-                    match r.pop() {
-                        Some(f) => f,
-                        None => continue,
+                    match (done, &self.handoff) {
+                        // Handed on now, settled by the operator above in its turn.
+                        (Some(f), Some(h)) if matches!(f.row, Ok(Some(_))) => {
+                            r.handed_early(f.seq, &self.shared.metrics.reorder_peak_bytes);
+                            h.returned(f.seq);
+                            f
+                        }
+                        (Some(f), Some(h)) if matches!(f.row, Ok(None)) => {
+                            r.settle(f.seq);
+                            h.dropped(f.seq);
+                            f
+                        }
+                        (Some(f), _) => {
+                            r.finished(f, &self.shared.metrics.reorder_peak_bytes);
+                            match r.pop() {
+                                Some(f) => f,
+                                None => continue,
+                            }
+                        }
+                        (None, _) => match r.pop() {
+                            Some(f) => f,
+                            None => continue,
+                        },
                     }
                 }
             };
