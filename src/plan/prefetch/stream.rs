@@ -12,7 +12,8 @@
 //!   holds, plus those of the rows in flight that may land in it (every row in
 //!   flight but the next one due), stay within [`REORDER_WINDOWS`] times the
 //!   window times the mean bytes of a row started so far (each row counting at
-//!   least one byte). When a new row would not fit, no new request starts until
+//!   least one byte), capped at [`REORDER_MAX_BYTES`] (or two windows' bytes
+//!   when those are more). When a new row would not fit, no new request starts until
 //!   rows are handed on: **a full reorder buffer is the only backpressure on
 //!   the window** (besides the memory pool below). The next row due always
 //!   starts, so a single row larger than the bound still proceeds; the buffer's
@@ -59,6 +60,13 @@ use crate::runtime::{PoolTask, spawn_on};
 /// windows held them for ~0.1 s of it, and ordered output lost most of each
 /// stall to unordered output. The memory pool caps it like every prefetched byte.
 pub(super) const REORDER_WINDOWS: usize = 32;
+
+/// ... but no more than this many bytes once the window's own bytes are met
+/// (DataFusion's default memory pool is unbounded): at the default
+/// `max_connections` of 128 and rows of 256 KiB, 32 windows would be 1 GiB.
+/// 256 MiB is still 32 windows of 64 KiB rows at 128 in flight; a window whose
+/// own rows are larger keeps twice its bytes.
+pub(super) const REORDER_MAX_BYTES: usize = 256 << 20;
 
 /// A finished fetch of one row.
 pub(super) struct Fetched {
@@ -107,7 +115,8 @@ impl Reorder {
     /// The bound on `committed` for a window of `window` rows.
     fn limit(&self, window: usize) -> usize {
         let mean = self.started_bytes.div_ceil(self.started_rows.max(1)).max(1);
-        REORDER_WINDOWS * window * mean
+        let windows = REORDER_WINDOWS.saturating_mul(window).saturating_mul(mean);
+        windows.min(REORDER_MAX_BYTES.max(window.saturating_mul(mean).saturating_mul(2)))
     }
 
     /// Whether row `seq` of `cost` bytes may start now.
@@ -443,6 +452,22 @@ mod tests {
             row: Ok(None),
             bytes,
         }
+    }
+
+    #[test]
+    fn the_reorder_bound_is_capped_in_bytes_but_never_below_two_windows() {
+        let mut r = Reorder::default();
+        r.started(0, 256 << 10);
+        // 32 windows of 128 rows of 256 KiB would be 1 GiB.
+        assert_eq!(r.limit(128), REORDER_MAX_BYTES);
+        // Small rows: 32 windows, under the cap.
+        let mut small = Reorder::default();
+        small.started(0, 1 << 10);
+        assert_eq!(small.limit(128), 32 * 128 * (1 << 10));
+        // Rows so large that two windows exceed the cap: two windows.
+        let mut large = Reorder::default();
+        large.started(0, 16 << 20);
+        assert_eq!(large.limit(64), 2 * 64 * (16 << 20));
     }
 
     #[test]
