@@ -368,6 +368,24 @@ impl Child {
         Self::spawn(cmd)
     }
 
+    /// `udfchain cluster executor --slots N --scheduler 127.0.0.1:PORT
+    /// --work-dir W`, once it made its work dir.
+    async fn cli_executor(port: u16, work: &Path, slots: usize) -> Self {
+        let mut exec = Command::new(env!("CARGO_BIN_EXE_udfchain"));
+        exec.args(["cluster", "executor", "--slots", &slots.to_string()])
+            .arg("--scheduler")
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--work-dir")
+            .arg(work);
+        let child = Self::spawn(exec);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !work.exists() {
+            assert!(Instant::now() < deadline, "the executor did not start");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        child
+    }
+
     fn spawn(mut cmd: Command) -> Self {
         cmd.stdout(Stdio::null()).stderr(Stdio::null());
         Self(Some(cmd.spawn().expect("spawn")))
@@ -615,17 +633,7 @@ async fn the_cli_runs_queries_and_scripts_on_a_cluster_of_cli_processes() {
     let port = free_port();
     let _scheduler = Child::scheduler(port);
     let work = dir.path().join("exec");
-    let mut exec = Command::new(env!("CARGO_BIN_EXE_udfchain"));
-    exec.args(["cluster", "executor", "--slots", "2", "--scheduler"])
-        .arg(format!("127.0.0.1:{port}"))
-        .arg("--work-dir")
-        .arg(&work);
-    let _executor = Child::spawn(exec);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !work.exists() {
-        assert!(Instant::now() < deadline, "the executor did not start");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let _executor = Child::cli_executor(port, &work, 2).await;
     let url = format!("df://127.0.0.1:{port}");
     let base = |extra: &[&str]| {
         let mut a: Vec<String> = vec!["--root".into(), root.display().to_string()];
@@ -938,17 +946,7 @@ async fn ctrl_c_of_the_cli_cancels_its_job_on_the_cluster() {
     let port = free_port();
     let _scheduler = Child::scheduler(port);
     let work = dir.path().join("exec");
-    let mut exec = Command::new(env!("CARGO_BIN_EXE_udfchain"));
-    exec.args(["cluster", "executor", "--slots", "1", "--scheduler"])
-        .arg(format!("127.0.0.1:{port}"))
-        .arg("--work-dir")
-        .arg(&work);
-    let _executor = Child::spawn(exec);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !work.exists() {
-        assert!(Instant::now() < deadline, "the executor did not start");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let _executor = Child::cli_executor(port, &work, 1).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let mut args: Vec<String> = vec![
         "--root".into(),
