@@ -113,6 +113,11 @@ pub enum Error {
     #[error("cluster {url}: {reason}")]
     Cluster { url: String, reason: String },
 
+    /// Ctrl-C stopped a CLI run; `cluster` names the cluster whose running
+    /// job was cancelled, if one was. The CLI exits with status 130.
+    #[error("interrupted (Ctrl-C){}", .cluster.as_ref().map(|c| format!(": the running job was cancelled on the cluster {c}")).unwrap_or_default())]
+    Interrupted { cluster: Option<String> },
+
     /// A task of cluster job `job` failed on an executor: `reason` is the
     /// executor's one-line error (which UDF, which file, the cause); the
     /// source is Ballista's full report.

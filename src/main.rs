@@ -303,6 +303,10 @@ async fn main() -> ExitCode {
         Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::BrokenPipe => {
             ExitCode::SUCCESS
         }
+        Err(e @ Error::Interrupted { .. }) => {
+            eprintln!("udfchain: {}", redact(&e.to_string()));
+            ExitCode::from(130)
+        }
         Err(e) => {
             let mut msg = e.to_string().replace('\n', " ");
             if verbose {

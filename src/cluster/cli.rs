@@ -81,25 +81,25 @@ pub async fn session(settings: Settings) -> Result<Arc<Session>> {
     }
 }
 
-/// Runs `work`. With a cluster in `settings`, Ctrl-C drops it instead, which
-/// cancels its running job on the cluster (see [`super::job`]), waits up to
-/// 5 s for the cancel to reach the scheduler, and is an error.
+/// Runs `work`; Ctrl-C drops it instead. A job it was running on a cluster
+/// (given by `settings` or by the script's `SET cluster`) is then cancelled
+/// (see [`super::job`]), after waiting up to 5 s for the cancel to reach the
+/// scheduler; either way the result is [`Error::Interrupted`], naming the
+/// cluster whose job was cancelled.
 pub async fn interruptible<T>(
     settings: &Settings,
     work: impl Future<Output = Result<T>>,
 ) -> Result<T> {
-    let Some(url) = settings.get_cluster().map(str::to_string) else {
-        return work.await;
-    };
     let mut work = Box::pin(work);
     tokio::select! {
         done = &mut work => return done,
         _ = tokio::signal::ctrl_c() => {}
     }
     drop(work);
-    super::job::cancels_sent(Duration::from_secs(5)).await;
-    Err(Error::Cluster {
-        url,
-        reason: "interrupted (Ctrl-C): the running job was cancelled".into(),
-    })
+    let schedulers = super::job::cancels_sent(Duration::from_secs(5)).await;
+    let cluster = settings
+        .get_cluster()
+        .map(str::to_string)
+        .or_else(|| schedulers.into_iter().next());
+    Err(Error::Interrupted { cluster })
 }

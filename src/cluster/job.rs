@@ -55,14 +55,22 @@ pub const CANCEL_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long fetching a finished job's metrics may take (then it has none).
 pub const METRICS_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Cancels spawned by dropped streams, not yet done.
-static PENDING: Mutex<Vec<JoinHandle<()>>> = Mutex::new(Vec::new());
+/// Cancels spawned by dropped streams, not yet done, with their schedulers'
+/// `http://host:port`.
+static PENDING: Mutex<Vec<(JoinHandle<()>, String)>> = Mutex::new(Vec::new());
 
 /// Waits (at most `timeout`) for the cancels of dropped streams to reach
-/// their schedulers.
-pub async fn cancels_sent(timeout: Duration) {
+/// their schedulers; returns those schedulers (`df://host:port`), none when
+/// no job was running on a cluster.
+pub async fn cancels_sent(timeout: Duration) -> Vec<String> {
     let pending: Vec<_> = std::mem::take(&mut *PENDING.lock().unwrap_or_else(|e| e.into_inner()));
-    let _ = tokio::time::timeout(timeout, futures::future::join_all(pending)).await;
+    let (tasks, mut schedulers): (Vec<_>, Vec<_>) = pending.into_iter().unzip();
+    let _ = tokio::time::timeout(timeout, futures::future::join_all(tasks)).await;
+    schedulers.dedup();
+    schedulers
+        .into_iter()
+        .map(|http| http.replacen("http://", "df://", 1))
+        .collect()
 }
 
 /// One job on the cluster, seen from the client (see the module header).
@@ -262,6 +270,7 @@ impl Drop for JobStream {
             return;
         };
         let scheduler = self.scheduler.clone();
+        let named = scheduler.clone();
         let task = runtime.spawn(async move {
             let cancel = async {
                 let mut client = SchedulerGrpcClient::connect(scheduler).await.ok()?;
@@ -271,8 +280,8 @@ impl Drop for JobStream {
             let _ = tokio::time::timeout(CANCEL_TIMEOUT, cancel).await;
         });
         let mut pending = PENDING.lock().unwrap_or_else(|e| e.into_inner());
-        pending.retain(|t| !t.is_finished());
-        pending.push(task);
+        pending.retain(|(t, _)| !t.is_finished());
+        pending.push((task, named));
     }
 }
 

@@ -936,10 +936,21 @@ async fn a_cluster_runs_operator_metrics_reach_the_client() {
 }
 
 /// Ctrl-C (SIGINT) of `udfchain --cluster ... query` cancels the job on the
-/// cluster: the CLI exits with an error saying so, and the executor process
-/// stops downloading (the S3 server, 150 ms per request, sees no new GET).
+/// cluster: the CLI exits with status 130 and says so, and the executor
+/// process stops downloading (the S3 server, 150 ms per request, sees no new
+/// GET).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ctrl_c_of_the_cli_cancels_its_job_on_the_cluster() {
+    interrupt_a_cluster_run(false).await;
+}
+
+/// The same when the cluster is chosen by the script (`SET cluster = ...`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_of_a_script_that_set_its_cluster_cancels_its_job() {
+    interrupt_a_cluster_run(true).await;
+}
+
+async fn interrupt_a_cluster_run(cluster_in_script: bool) {
     let server = S3Server::start_shaped(Duration::from_millis(150), None);
     write_files(&server.bucket_dir().join("data"), 40, |i| 20 + i);
     let dir = tempfile::tempdir().expect("dir");
@@ -948,12 +959,14 @@ async fn ctrl_c_of_the_cli_cancels_its_job_on_the_cluster() {
     let work = dir.path().join("exec");
     let _executor = Child::cli_executor(port, &work, 1).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
+    let url = format!("df://127.0.0.1:{port}");
     let mut args: Vec<String> = vec![
         "--root".into(),
         dir.path().join("root").display().to_string(),
-        "--cluster".into(),
-        format!("df://127.0.0.1:{port}"),
     ];
+    if !cluster_in_script {
+        args.extend(["--cluster".into(), url.clone()]);
+    }
     for kv in [
         format!("storage.endpoint={}", server.endpoint),
         "storage.allow_http=true".into(),
@@ -966,10 +979,14 @@ async fn ctrl_c_of_the_cli_cancels_its_job_on_the_cluster() {
     ] {
         args.extend(["--set".into(), kv]);
     }
-    args.extend([
-        "query".into(),
-        "SELECT sha256(file) AS h FROM read_storage('s3://bucket/data/')".into(),
-    ]);
+    let sql = "SELECT sha256(file) AS h FROM read_storage('s3://bucket/data/')";
+    if cluster_in_script {
+        let script = dir.path().join("job.sql");
+        std::fs::write(&script, format!("SET cluster = '{url}';\n{sql};\n")).expect("script");
+        args.extend(["run".into(), script.display().to_string()]);
+    } else {
+        args.extend(["query".into(), sql.into()]);
+    }
     let client = Command::new(env!("CARGO_BIN_EXE_udfchain"))
         .args(&args)
         .env("CI", "1")
@@ -995,8 +1012,13 @@ async fn ctrl_c_of_the_cli_cancels_its_job_on_the_cluster() {
     .expect("join")
     .expect("client output");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stderr}");
-    assert!(stderr.contains("interrupted"), "{stderr}");
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "interrupted (Ctrl-C): the running job was cancelled on the cluster {url}"
+        )),
+        "{stderr}"
+    );
     let at_exit = server.object_gets();
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let after_cancel = server.object_gets();
