@@ -148,11 +148,10 @@ impl Drop for Serving {
             st.active = st.active.saturating_sub(1);
             st.last_used = Instant::now();
         }
-        if !self.finished && self.readahead.close(self.id) {
+        if !self.finished {
+            let counters = &self.readahead.counters;
             self.readahead
-                .counters
-                .streams_closed_on_disconnect
-                .fetch_add(1, Ordering::Relaxed);
+                .close_counted(self.id, Some(&counters.streams_closed_on_disconnect));
         }
     }
 }
@@ -330,7 +329,21 @@ impl ReadAhead {
     /// Closes stream `id` (aborting its fetches, dropping its partitions);
     /// false if it was not open.
     pub fn close(&self, id: u64) -> bool {
-        let removed = lock(&self.streams).remove(&id);
+        self.close_counted(id, None)
+    }
+
+    /// [`Self::close`], counting a closed stream in `counter` under the same
+    /// lock [`Self::stats`] reads under, so a snapshot never shows the stream
+    /// gone but not yet counted.
+    fn close_counted(&self, id: u64, counter: Option<&AtomicU64>) -> bool {
+        let removed = {
+            let mut streams = lock(&self.streams);
+            let removed = streams.remove(&id);
+            if let (Some(_), Some(counter)) = (&removed, counter) {
+                counter.fetch_add(1, Ordering::Relaxed);
+            }
+            removed
+        };
         match removed {
             Some(s) => {
                 lock(&s.state).slots.clear();
@@ -352,11 +365,7 @@ impl ReadAhead {
             .map(|(id, _)| *id)
             .collect();
         for id in idle {
-            if self.close(id) {
-                self.counters
-                    .streams_expired
-                    .fetch_add(1, Ordering::Relaxed);
-            }
+            self.close_counted(id, Some(&self.counters.streams_expired));
         }
     }
 

@@ -723,14 +723,7 @@ async fn drop_after_a_while(session: &Arc<Session>, count: impl Fn() -> usize) -
     )
     .await;
     assert!(run.is_err(), "the query takes ~6 s, it cannot end in 1.5 s");
-    let at_drop = count();
-    // The cancel reaches the executor; a call in flight may still finish.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let after_cancel = count();
-    tokio::time::sleep(Duration::from_millis(2000)).await;
-    let later = count();
-    eprintln!("calls: {at_drop} at the drop, {after_cancel} 1.5 s later, {later} 3.5 s later");
-    (after_cancel, later)
+    calls_after_the_drop(&count).await
 }
 
 /// After a cancel the executor's one slot is free: a 3-file query (on a
@@ -827,13 +820,7 @@ async fn a_dropped_query_is_cancelled_on_a_cluster_of_processes() {
         run.await.is_err(),
         "the query takes ~6 s, it cannot end in 1.5 s"
     );
-    let at_drop = count();
-    // The cancel reaches the executor; a call in flight may still finish.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let after_cancel = count();
-    tokio::time::sleep(Duration::from_millis(2000)).await;
-    let later = count();
-    eprintln!("calls: {at_drop} at the drop, {after_cancel} 1.5 s later, {later} 3.5 s later");
+    let (after_cancel, later) = calls_after_the_drop(&count).await;
     assert!(after_cancel > 0, "the job started");
     assert_eq!(later, after_cancel, "calls went on after the cancel");
     assert!(later < 60, "the whole job ran: {later} calls");
@@ -1026,4 +1013,16 @@ async fn interrupt_a_cluster_run(cluster_in_script: bool) {
     eprintln!("GETs: {at_exit} when the CLI exited, {after_cancel} 1.5 s later");
     assert_eq!(server.object_gets(), after_cancel, "GETs went on");
     assert!(after_cancel < 40, "the whole job ran: {after_cancel} GETs");
+}
+
+/// The UDF calls counted 1.5 s after a drop (the cancel has reached the
+/// executor; a call in flight may still finish) and 2 s after that.
+async fn calls_after_the_drop(count: &impl Fn() -> usize) -> (usize, usize) {
+    let at_drop = count();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let after_cancel = count();
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let later = count();
+    eprintln!("calls: {at_drop} at the drop, {after_cancel} 1.5 s later, {later} 3.5 s later");
+    (after_cancel, later)
 }

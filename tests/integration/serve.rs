@@ -582,7 +582,17 @@ async fn a_killed_client_frees_the_read_ahead() {
     })
     .await;
     assert_eq!(s.streams_closed_on_disconnect, 1, "{s:?}");
-    assert_eq!(pool.reserved(), 0);
+    // Fetches aborted by the close give their memory back as the runtime
+    // drops them, a moment after the stream is gone.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while pool.reserved() > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "{} bytes still reserved",
+            pool.reserved()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     server.stop().await;
 }
 
