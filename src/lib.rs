@@ -56,5 +56,29 @@ pub use datafusion;
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
+/// The Rust examples of docs/api.md, compiled as doctests.
+#[doc = include_str!("../docs/api.md")]
+#[cfg(doctest)]
+pub struct ApiDocDoctests;
+/// The Rust examples of docs/sql.md, compiled as doctests.
+#[doc = include_str!("../docs/sql.md")]
+#[cfg(doctest)]
+pub struct SqlDocDoctests;
+/// The Rust examples of docs/caching.md, compiled as doctests.
+#[doc = include_str!("../docs/caching.md")]
+#[cfg(doctest)]
+pub struct CachingDocDoctests;
+/// The Rust examples of docs/training.md, compiled as doctests.
+#[doc = include_str!("../docs/training.md")]
+#[cfg(doctest)]
+pub struct TrainingDocDoctests;
+/// The Rust examples of docs/pipelines.md, compiled as doctests.
+#[doc = include_str!("../docs/pipelines.md")]
+#[cfg(doctest)]
+pub struct PipelinesDocDoctests;
+/// The Rust examples of docs/cluster.md, compiled as doctests.
+#[doc = include_str!("../docs/cluster.md")]
+#[cfg(doctest)]
+pub struct ClusterDocDoctests;
 pub use datafusion::common::JoinType;
 pub use datafusion::prelude::lit;
