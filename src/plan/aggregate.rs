@@ -11,7 +11,7 @@
 //! is emitted as soon as its call finishes (the input still has to be sorted,
 //! to cut the groups) and no order is declared.
 //!
-//! `on_error` (see `common`): a failed group (its call erred, panicked or
+//! `on_error` (see `on_error.rs`): a failed group (its call erred, panicked or
 //! returned a wrong value) fails the query naming the UDF, the group's first
 //! row and its file (`fail`), emits one row with the group's keys and a null
 //! output (`null`), or is dropped with every one of its input rows listed in
@@ -33,8 +33,12 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, Distribution, Exec
 use futures::stream::{BoxStream, StreamExt, TryStreamExt};
 use udfchain_udfs::Aggregator;
 
-use super::batches::{append_column, repeat_row, unary_exec_boilerplate};
-use super::common::{Done, Shape, UdfCall, UdfOperator, null_output};
+use super::batches::{append_column, repeat_row};
+use super::on_error::null_output;
+use super::operator::{Shape, UdfOperator};
+use super::output::Done;
+use super::udf_call::UdfCall;
+use super::unary_exec::unary_exec_boilerplate;
 use crate::settings::OnError;
 
 #[derive(Debug)]

@@ -6,7 +6,7 @@
 //! with `ordered = false` a call's rows are emitted as soon as it finishes (no
 //! order declared); up to `parallel` calls run at once.
 //!
-//! `on_error` (see `common`): a call that fails as a whole fails, nulls or
+//! `on_error` (see `on_error.rs`): a call that fails as a whole fails, nulls or
 //! skips all its rows; a call whose error names its failing row
 //! (`CallError::at_row`) is run again without that row, so only the rows that
 //! fail are nulled or skipped. A call returning the wrong number of values
@@ -24,8 +24,9 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use futures::stream::{BoxStream, StreamExt, TryStreamExt};
 use udfchain_udfs::BatchMapper;
 
-use super::batches::unary_exec_boilerplate;
-use super::common::{Shape, UdfCall, UdfOperator};
+use super::operator::{Shape, UdfOperator};
+use super::udf_call::UdfCall;
+use super::unary_exec::unary_exec_boilerplate;
 
 #[derive(Debug)]
 pub struct BatchMapExec {

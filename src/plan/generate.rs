@@ -13,7 +13,7 @@
 //! expansion's own rows stay in order), so a slow row does not hold back the
 //! others, and no order is declared.
 //!
-//! `on_error` (see `common`): a failing row (the generator errs, panics or
+//! `on_error` (see `on_error.rs`): a failing row (the generator errs, panics or
 //! its stream yields an error) ends its expansion. `fail` fails the query
 //! naming the row's file and row; `null` emits the input row once with a null
 //! output; `skip` lists the row in the skip list. Batches the expansion
@@ -34,8 +34,11 @@ use futures::StreamExt;
 use tokio::sync::mpsc;
 use udfchain_udfs::{CallError, Generator};
 
-use super::batches::{append_column, repeat_row, slices, unary_exec_boilerplate};
-use super::common::{Failure, Partition, Shape, UdfCall, UdfOperator, null_output};
+use super::batches::{append_column, repeat_row, slices};
+use super::on_error::null_output;
+use super::operator::{Partition, Shape, UdfOperator};
+use super::udf_call::{Failure, UdfCall};
+use super::unary_exec::unary_exec_boilerplate;
 use crate::runtime::PoolTask;
 use crate::settings::OnError;
 

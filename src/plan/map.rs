@@ -1,7 +1,7 @@
 //! `MapExec`: one row in, one value out, appended as a new column.
 //!
 //! Guarantees: output rows are the input rows, each with the UDF's value (or
-//! null under `on_error = null`; dropped under `skip`; see `common` for the
+//! null under `on_error = null`; dropped under `skip`; see `on_error.rs` for the
 //! one meaning of `on_error`); with `ordered = true` in input order (and the
 //! input's order is declared kept), with `ordered = false` in the order calls
 //! finish, so one slow row does not hold back the others (no order declared);
@@ -26,9 +26,11 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use futures::stream::{self, StreamExt, TryStreamExt};
 use udfchain_udfs::Mapper;
 
-use super::batches::{slices, unary_exec_boilerplate};
-use super::common::{Partition, Shape, UdfCall, UdfOperator};
+use super::batches::slices;
+use super::operator::{Partition, Shape, UdfOperator};
 use super::prefetch::Handoff;
+use super::udf_call::UdfCall;
+use super::unary_exec::unary_exec_boilerplate;
 use crate::error::Error;
 use crate::settings::OnError;
 

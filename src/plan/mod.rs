@@ -5,15 +5,19 @@
 mod aggregate;
 mod batch_map;
 mod batches;
-mod common;
 mod generate;
 mod in_order;
 mod map;
 mod node;
+mod on_error;
+mod operator;
+mod output;
 mod planner;
 mod prefetch;
 mod report;
 mod skip_list;
+mod udf_call;
+mod unary_exec;
 
 pub use aggregate::AggregateExec;
 pub use batch_map::BatchMapExec;
@@ -23,5 +27,5 @@ pub use node::{UdfKind, UdfNode};
 pub use planner::{
     UdfExecParts, UdfPlanner, UdfQueryPlanner, prefetch_options, udf_exec, udf_exec_parts,
 };
-pub use prefetch::{PrefetchExec, PrefetchHandle, PrefetchOptions};
+pub use prefetch::{PrefetchExec, PrefetchHandle, PrefetchOptions, WindowPins};
 pub use report::{OperatorReport, RunReport};

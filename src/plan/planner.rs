@@ -17,11 +17,12 @@ use udfchain_udfs::File;
 
 use super::aggregate::AggregateExec;
 use super::batch_map::BatchMapExec;
-use super::common::{UdfCall, UdfOperator};
 use super::generate::GenerateExec;
 use super::map::MapExec;
 use super::node::{UdfKind, UdfNode};
+use super::operator::UdfOperator;
 use super::prefetch::{PrefetchExec, PrefetchOptions};
+use super::udf_call::UdfCall;
 use crate::error::Error;
 use crate::settings::{Prefetch, Settings};
 

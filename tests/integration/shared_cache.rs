@@ -1310,7 +1310,7 @@ impl udfchain::cache::LocalCopies for Released {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn window_pins_hold_an_entry_until_its_last_row_is_released() {
     use udfchain::cache::LocalCopies;
-    use udfchain::cache::WindowPins;
+    use udfchain::plan::WindowPins;
     let tmp = tempfile::tempdir().expect("tempdir");
     let cache = SharedCache::open(tmp.path(), None).expect("open");
     let calls = Arc::new(AtomicUsize::new(0));

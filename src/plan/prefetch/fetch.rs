@@ -21,9 +21,10 @@ use tokio::sync::Semaphore;
 use udfchain_udfs::File;
 
 use super::window::RoundTrip;
+use super::window_pins::WindowPins;
 use crate::cache::LocalCopies;
 use crate::cache::StoreSource;
-use crate::cache::{SharedCache, TempCache, WindowPins};
+use crate::cache::{SharedCache, TempCache};
 use crate::error::Error;
 use crate::plan::skip_list::SkipList;
 use crate::settings::OnError;

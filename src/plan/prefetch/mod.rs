@@ -1,7 +1,8 @@
 //! `PrefetchExec`: while a UDF works on one row, the files of the next rows are
 //! downloading. This file holds the plan node and the hand-off to the UDF
 //! operator above; `stream.rs` the window, `fetch.rs` the download bookkeeping,
-//! `window.rs` the `prefetch = auto` policy.
+//! `window.rs` the `prefetch = auto` policy, `window_pins.rs` the shared-cache
+//! entries the window holds for its rows.
 //!
 //! Guarantees (per partition unless said otherwise):
 //! - at most `prefetch` downloads are in flight; a row whose download finished
@@ -51,6 +52,7 @@ mod fetch;
 mod handoff;
 mod stream;
 mod window;
+mod window_pins;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -68,13 +70,14 @@ use tokio::sync::Semaphore;
 
 use crate::cache::LocalCopies;
 use crate::cache::StoreSource;
-use crate::cache::{TempCache, WindowPins};
-use crate::plan::batches::unary_exec_boilerplate;
+use crate::cache::TempCache;
 use crate::plan::skip_list::SkipList;
+use crate::plan::unary_exec::unary_exec_boilerplate;
 use crate::settings::{OnError, Prefetch};
 use fetch::{Downloads, PrefetchMetrics};
 use stream::PrefetchStream;
 use window::AutoWindow;
+pub use window_pins::WindowPins;
 
 pub use handoff::Handoff;
 

@@ -1,0 +1,190 @@
+//! The one meaning of `on_error`, the same for every UDF kind
+//! ([`Partition::call_rows`]): `fail` fails the query with an error naming the UDF, the file (the first `File` param of the row) and the
+//! row (its number in the operator's input partition; for a call of several
+//! rows that failed as a whole, its first row, the error saying how many rows
+//! the call had); `null` emits every row of a failed call with a null output;
+//! `skip` drops exactly the failed rows, each listed in the skip list by its
+//! file URL (or `udf row N` when it has no file) when its call's result is
+//! emitted (so in output order under `ordered = true`) and counted in the
+//! `skipped_rows` metric. A call of several rows whose error names the row
+//! that failed is run again without that row, so under `null` and `skip` only
+//! the rows that fail lose their values (k failing rows cost k more calls).
+//! Every row's prefetched files are released once its calls are done,
+//! whatever the outcome.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, RecordBatch, UInt32Array};
+use datafusion::arrow::compute::take;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::error::Result as DfResult;
+use udfchain_udfs::{CallError, UdfError};
+
+use super::batches::{append_column, take_rows};
+use super::operator::Partition;
+use super::output::Done;
+use super::udf_call::Failure;
+use crate::settings::OnError;
+
+impl<U: ?Sized> Partition<U> {
+    /// Records rows `rows` of `batch` (whose first row is row `row_base` of
+    /// the partition) as dropped by `on_error = skip`.
+    pub fn skip(&self, batch: &RecordBatch, row_base: u64, rows: impl IntoIterator<Item = usize>) {
+        self.record(self.skips(batch, row_base, rows));
+    }
+
+    /// The skip-list entries of rows `rows` of `batch`, to [`Partition::record`]
+    /// when the call's result is emitted (so an ordered operator lists them in
+    /// output order).
+    pub fn skips(
+        &self,
+        batch: &RecordBatch,
+        row_base: u64,
+        rows: impl IntoIterator<Item = usize>,
+    ) -> Vec<String> {
+        rows.into_iter()
+            .map(|r| self.call.skip_entry(batch, r, row_base))
+            .collect()
+    }
+
+    /// Lists and counts rows dropped under `on_error = skip`.
+    pub fn record(&self, skipped: Vec<String>) {
+        for entry in skipped {
+            self.call.skip_list().push(entry);
+            self.skipped_rows.add(1);
+        }
+    }
+
+    /// Runs `udf_fn` on the params of `batch` (whose first row is row `base`
+    /// of the partition), releases the batch's prefetched files, and returns
+    /// `batch` with the UDF's output column appended, `on_error` applied (see
+    /// the module header), with the rows it skipped (to [`Partition::emit`]).
+    pub async fn call_rows<F, Fut>(
+        &self,
+        batch: &RecordBatch,
+        base: u64,
+        udf_fn: F,
+    ) -> DfResult<Done>
+    where
+        F: Fn(Arc<U>, RecordBatch) -> Fut,
+        Fut: Future<Output = Result<ArrayRef, CallError>> + Send + 'static,
+    {
+        let result = self.isolate(batch, base, &udf_fn).await;
+        self.call.release(&self.local, batch);
+        let Isolated {
+            rows,
+            values,
+            mut failed,
+        } = result?;
+        let all = batch.num_rows();
+        if failed.is_empty()
+            && let Some(values) = values
+        {
+            return Done::rows(append_column(&self.schema, batch, values)?);
+        }
+        failed.sort_unstable();
+        if self.call.on_error == OnError::Skip {
+            let skipped = self.skips(batch, base, failed.iter().copied());
+            let batch = match values {
+                Some(values) => Some(append_column(
+                    &self.schema,
+                    &take_rows(batch, &rows)?,
+                    values,
+                )?),
+                None => None,
+            };
+            return Ok(Done { batch, skipped });
+        }
+        // `null`: every row, the failed ones with a null output.
+        let output = match values {
+            None => null_output(&self.schema, all),
+            Some(values) => {
+                let mut at: Vec<Option<u32>> = vec![None; all];
+                for (i, &r) in rows.iter().enumerate() {
+                    at[r] = Some(i as u32);
+                }
+                take(values.as_ref(), &UInt32Array::from(at), None)?
+            }
+        };
+        Done::rows(append_column(&self.schema, batch, output)?)
+    }
+
+    /// Calls the UDF on `batch`; under `null` and `skip`, a failure naming its
+    /// row is retried without that row until a call succeeds or fails as a
+    /// whole. Under `fail`, a failure is the error.
+    async fn isolate<F, Fut>(
+        &self,
+        batch: &RecordBatch,
+        base: u64,
+        udf_fn: &F,
+    ) -> DfResult<Isolated>
+    where
+        F: Fn(Arc<U>, RecordBatch) -> Fut,
+        Fut: Future<Output = Result<ArrayRef, CallError>> + Send + 'static,
+    {
+        let mut rows: Vec<usize> = (0..batch.num_rows()).collect();
+        let mut failed = Vec::new();
+        loop {
+            let sub = if rows.len() == batch.num_rows() {
+                batch.clone()
+            } else {
+                take_rows(batch, &rows)?
+            };
+            let fut = udf_fn(Arc::clone(&self.udf), self.call.params_batch(&sub)?);
+            let result = match self.call.run(Arc::clone(&self.source), fut).await {
+                Ok(v) if v.len() == sub.num_rows() => Ok(v),
+                Ok(v) => Err(Failure {
+                    row: None,
+                    error: self.call.error(
+                        None,
+                        None,
+                        Arc::new(UdfError::Contract(format!(
+                            "{} returned {} values for {} rows",
+                            self.call.kind,
+                            v.len(),
+                            sub.num_rows()
+                        ))),
+                    ),
+                }),
+                Err(f) => Err(f),
+            };
+            match result {
+                Ok(values) => {
+                    return Ok(Isolated {
+                        rows,
+                        values: Some(values),
+                        failed,
+                    });
+                }
+                Err(f) if self.call.on_error == OnError::Fail => {
+                    return Err(self.call.locate(f, &sub, base));
+                }
+                Err(Failure { row: Some(r), .. }) if r < rows.len() && rows.len() > 1 => {
+                    failed.push(rows.remove(r));
+                }
+                Err(_) => {
+                    failed.append(&mut rows);
+                    return Ok(Isolated {
+                        rows,
+                        values: None,
+                        failed,
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// The outcome of [`Partition::isolate`]: the rows that have `values`, and
+/// the rows that failed (both indexes into the call's batch).
+struct Isolated {
+    rows: Vec<usize>,
+    values: Option<ArrayRef>,
+    failed: Vec<usize>,
+}
+
+/// The null output of a row whose call failed under `on_error = null`.
+pub fn null_output(schema: &SchemaRef, rows: usize) -> ArrayRef {
+    let field = schema.field(schema.fields().len() - 1);
+    datafusion::arrow::array::new_null_array(field.data_type(), rows)
+}

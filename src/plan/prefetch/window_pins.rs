@@ -1,0 +1,98 @@
+//! [`WindowPins`]: the shared-cache entries a prefetch window holds for its
+//! rows, in front of the window's other local copies (its temp cache): each
+//! entry stays pinned until the last row using it is released, and a virtual
+//! file (a member of a parent file) shares its parent's pin.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use udfchain_udfs::File;
+
+use crate::cache::{LocalCopies, Pin};
+
+/// The shared-cache entries a prefetch window holds for its rows, in front of
+/// the window's other local copies (`inner`, its temp cache): each entry stays
+/// pinned until the last row using it is released.
+#[derive(Debug)]
+pub struct WindowPins {
+    inner: Arc<dyn LocalCopies>,
+    /// Pins by `source \0 path` (a virtual file shares its parent's), with the
+    /// number of rows using each.
+    held: Mutex<HashMap<String, (Pin, usize)>>,
+}
+
+impl WindowPins {
+    pub fn new(inner: Arc<dyn LocalCopies>) -> Arc<Self> {
+        Arc::new(Self {
+            inner,
+            held: Mutex::default(),
+        })
+    }
+
+    /// Holds `pin`, the entry of `file`, for one more row.
+    pub fn hold(&self, file: &File, pin: Pin) {
+        lock(&self.held)
+            .entry(window_key(file))
+            .and_modify(|(_, rows)| *rows += 1)
+            .or_insert((pin, 1));
+    }
+
+    /// Counts one more row using `file` if its entry is held.
+    pub fn acquire(&self, file: &File) -> bool {
+        match lock(&self.held).get_mut(&window_key(file)) {
+            Some((_, rows)) => {
+                *rows += 1;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Entries held.
+    pub fn len(&self) -> usize {
+        lock(&self.held).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl LocalCopies for WindowPins {
+    fn local_path(&self, file: &File) -> Option<PathBuf> {
+        if let Some((pin, _)) = lock(&self.held).get(&window_key(file)) {
+            return Some(pin.path().to_path_buf());
+        }
+        self.inner.local_path(file)
+    }
+
+    fn local_bytes(&self, file: &File) -> Option<bytes::Bytes> {
+        self.inner.local_bytes(file)
+    }
+
+    fn release(&self, file: &File) {
+        let mut held = lock(&self.held);
+        let key = window_key(file);
+        match held.get_mut(&key) {
+            Some((_, rows)) => {
+                *rows -= 1;
+                if *rows == 0 {
+                    held.remove(&key);
+                }
+            }
+            None => {
+                drop(held);
+                self.inner.release(file);
+            }
+        }
+    }
+}
+
+fn window_key(file: &File) -> String {
+    format!("{}\u{0}{}", file.source, file.path)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
