@@ -1,0 +1,476 @@
+//! [`Chain`]: the builder users write, turned into a DataFusion `LogicalPlan`
+//! when it runs.
+//!
+//! Building is cheap and never fails: a chain is a source plus a list of steps,
+//! and every error (bad URI, unknown column, a UDF whose declared input does not
+//! match its column) is returned by the first call that plans it (`collect`,
+//! `explain`, ...). UDFs capture the chain's settings at the point they are added.
+//! [`Chain::new`] starts a [`ChainBuilder`] that takes settings (and a session)
+//! before the source; a chain without a source cannot be built, so none can run.
+//!
+//! One concept per file: this file the chain itself (its source, its steps and
+//! the calls that add them); `plan.rs` turning it into a DataFusion plan
+//! (and `explain`); `run.rs` running it (`collect`, `stream`, reports);
+//! `save.rs` writing its rows (a dataset version, a Parquet file);
+//! `session.rs` the chains and the catalog a [`Session`] offers.
+
+mod builder;
+mod expr;
+mod plan;
+mod run;
+mod save;
+mod session;
+
+pub use crate::settings::{OnError, Prefetch, Settings, parse_size};
+pub use builder::ChainBuilder;
+pub use expr::col;
+
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, RecordBatch};
+use datafusion::catalog::TableProvider;
+use datafusion::common::JoinType;
+use datafusion::datasource::MemTable;
+use datafusion::logical_expr::{Expr, LogicalPlan, SortExpr};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use udfchain_udfs::{
+    Aggregator, BatchMapper, BoxError, Generator, Mapper, UdfError, agg_fn, batch_map_fn, gen_fn,
+    map_fn,
+};
+
+use crate::error::{Error, Result};
+use crate::plan::UdfKind;
+use crate::session::Session;
+
+/// Where a chain's rows come from.
+#[derive(Clone)]
+enum Source {
+    Storage {
+        uri: String,
+        recursive: bool,
+        glob: Option<String>,
+    },
+    Table(Arc<dyn TableProvider>),
+    Parquet(String),
+    Csv(String),
+    Json(String),
+    Dataset {
+        name: String,
+        version: Option<u32>,
+    },
+    Plan(LogicalPlan),
+}
+
+#[derive(Clone)]
+enum Step {
+    Filter(Expr),
+    Select(Vec<Expr>),
+    Mutate(String, Expr),
+    OrderBy(Vec<SortExpr>),
+    Limit {
+        skip: usize,
+        fetch: Option<usize>,
+    },
+    Distinct,
+    Union(Box<Chain>),
+    Join {
+        right: Box<Chain>,
+        how: JoinType,
+        left_on: Vec<String>,
+        right_on: Vec<String>,
+    },
+    GroupBy {
+        keys: Vec<Expr>,
+        aggs: Vec<Expr>,
+    },
+    Udf {
+        kind: UdfKind,
+        settings: Settings,
+    },
+    Fail(Error),
+}
+
+/// A lazy chain of relational steps and UDFs over a source.
+#[derive(Clone)]
+#[must_use = "a chain does nothing until collected, streamed or saved"]
+pub struct Chain {
+    session: Arc<Session>,
+    settings: Settings,
+    source: Source,
+    steps: Vec<Step>,
+}
+
+impl fmt::Debug for Chain {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Chain")
+            .field("settings", &self.settings)
+            .field("steps", &self.steps.len())
+            .finish()
+    }
+}
+
+impl Chain {
+    #[allow(clippy::new_ret_no_self)]
+    pub fn new() -> ChainBuilder {
+        ChainBuilder::default()
+    }
+
+    fn with_source(session: Arc<Session>, source: Source) -> Self {
+        Self {
+            settings: session.settings().clone(),
+            session,
+            source,
+            steps: Vec::new(),
+        }
+    }
+
+    /// The objects under `uri` (recursive), one row each with a `file` column.
+    /// Runs in the process-wide [`Session::global`].
+    pub fn from_storage(uri: &str) -> Self {
+        Self::from_storage_in(Session::global(), uri)
+    }
+
+    pub(crate) fn from_storage_in(session: Arc<Session>, uri: &str) -> Self {
+        Self::with_source(
+            session,
+            Source::Storage {
+                uri: uri.to_string(),
+                recursive: true,
+                glob: None,
+            },
+        )
+    }
+
+    /// Lists only the objects directly under the URI (no sub-directories).
+    pub fn non_recursive(mut self) -> Self {
+        if let Source::Storage { recursive, .. } = &mut self.source {
+            *recursive = false;
+        }
+        self
+    }
+
+    /// Keeps only objects whose path (relative to the URI) matches `glob`, e.g. `**/*.jpg`.
+    pub fn glob(mut self, pattern: &str) -> Self {
+        if let Source::Storage { glob, .. } = &mut self.source {
+            *glob = Some(pattern.to_string());
+        }
+        self
+    }
+
+    /// Rows from Rust values, one column per struct field (or one column named
+    /// `value` for non-struct values).
+    pub fn from_values<T: Serialize + DeserializeOwned>(values: &[T]) -> Self {
+        Self::from_values_in(Session::global(), values)
+    }
+
+    pub fn from_values_in<T: Serialize + DeserializeOwned>(
+        session: Arc<Session>,
+        values: &[T],
+    ) -> Self {
+        match values_table(values) {
+            Ok(t) => Self::with_source(session, Source::Table(t)),
+            Err(e) => Self::with_source(session, Source::Plan(empty_plan())).fail(e),
+        }
+    }
+
+    /// Rows of Parquet file(s) at `uri` (a file, a directory, local or in a store).
+    pub fn from_parquet(uri: &str) -> Self {
+        Self::with_source(Session::global(), Source::Parquet(uri.to_string()))
+    }
+
+    /// Rows of CSV file(s) with a header row.
+    pub fn from_csv(uri: &str) -> Self {
+        Self::with_source(Session::global(), Source::Csv(uri.to_string()))
+    }
+
+    /// Rows of newline-delimited JSON file(s).
+    pub fn from_json(uri: &str) -> Self {
+        Self::with_source(Session::global(), Source::Json(uri.to_string()))
+    }
+
+    /// The rows of the latest version of dataset `name`.
+    pub fn from_dataset(name: &str) -> Self {
+        Self::with_source(
+            Session::global(),
+            Source::Dataset {
+                name: name.to_string(),
+                version: None,
+            },
+        )
+    }
+
+    /// The rows of version `version` of dataset `name`.
+    pub fn from_dataset_version(name: &str, version: u32) -> Self {
+        Self::with_source(
+            Session::global(),
+            Source::Dataset {
+                name: name.to_string(),
+                version: Some(version),
+            },
+        )
+    }
+
+    /// A chain over any DataFusion logical plan (for example a SQL query's).
+    pub fn from_plan(session: Arc<Session>, plan: LogicalPlan) -> Self {
+        Self::with_source(session, Source::Plan(plan))
+    }
+
+    /// Runs this chain in `session` instead (its stores and settings).
+    pub fn in_session(mut self, session: Arc<Session>) -> Self {
+        self.settings = session.settings().clone().merge(&self.settings);
+        self.session = session;
+        self
+    }
+
+    /// The session this chain runs in.
+    pub fn session(&self) -> &Arc<Session> {
+        &self.session
+    }
+
+    /// Settings for the UDFs added after this call.
+    pub fn settings(mut self, settings: Settings) -> Self {
+        self.settings = self.settings.merge(&settings);
+        self
+    }
+
+    fn step(mut self, step: Step) -> Self {
+        self.steps.push(step);
+        self
+    }
+
+    fn fail(self, e: impl Into<Error>) -> Self {
+        self.step(Step::Fail(e.into()))
+    }
+
+    pub fn filter(self, predicate: Expr) -> Self {
+        self.step(Step::Filter(predicate))
+    }
+
+    /// Keeps these expressions as columns (use `.alias(..)` to name them).
+    pub fn select(self, exprs: impl IntoIterator<Item = Expr>) -> Self {
+        self.step(Step::Select(exprs.into_iter().collect()))
+    }
+
+    /// Adds or replaces column `name`.
+    pub fn mutate(self, name: &str, expr: Expr) -> Self {
+        self.step(Step::Mutate(name.to_string(), expr))
+    }
+
+    pub fn order_by(self, sort: impl IntoIterator<Item = SortExpr>) -> Self {
+        self.step(Step::OrderBy(sort.into_iter().collect()))
+    }
+
+    pub fn limit(self, n: usize) -> Self {
+        self.step(Step::Limit {
+            skip: 0,
+            fetch: Some(n),
+        })
+    }
+
+    pub fn offset(self, n: usize) -> Self {
+        self.step(Step::Limit {
+            skip: n,
+            fetch: None,
+        })
+    }
+
+    pub fn distinct(self) -> Self {
+        self.step(Step::Distinct)
+    }
+
+    /// Rows of both chains (same columns, by name).
+    pub fn union(self, other: Chain) -> Self {
+        self.step(Step::Union(Box::new(other)))
+    }
+
+    /// Joins on equal `left_on` / `right_on` columns.
+    pub fn join(self, right: Chain, how: JoinType, left_on: &[&str], right_on: &[&str]) -> Self {
+        self.step(Step::Join {
+            right: Box::new(right),
+            how,
+            left_on: left_on.iter().map(|s| s.to_string()).collect(),
+            right_on: right_on.iter().map(|s| s.to_string()).collect(),
+        })
+    }
+
+    /// Groups by `keys` and computes DataFusion aggregates (`count`, `sum`, ...).
+    pub fn group_by(
+        self,
+        keys: impl IntoIterator<Item = Expr>,
+        aggs: impl IntoIterator<Item = Expr>,
+    ) -> Self {
+        self.step(Step::GroupBy {
+            keys: keys.into_iter().collect(),
+            aggs: aggs.into_iter().collect(),
+        })
+    }
+
+    fn udf(self, kind: Result<UdfKind, UdfError>) -> Self {
+        match kind {
+            Ok(kind) => {
+                let settings = self.settings.clone();
+                self.step(Step::Udf { kind, settings })
+            }
+            Err(e) => self.fail(Error::plan(e.to_string())),
+        }
+    }
+
+    /// Adds column `output` = `f(file)` for each row: `async fn(File) -> Result<O>`.
+    pub fn map<I, O, E, F, Fut>(self, output: &str, f: F) -> Self
+    where
+        I: DeserializeOwned + Send + 'static,
+        O: Serialize + DeserializeOwned + Send + 'static,
+        E: Into<BoxError> + 'static,
+        F: Fn(I) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<O, E>> + Send,
+    {
+        self.map_on(&["file"], output, f)
+    }
+
+    /// Like [`Chain::map`], reading the `params` columns (several params give `I`
+    /// as a struct with fields named like the columns).
+    pub fn map_on<I, O, E, F, Fut>(self, params: &[&str], output: &str, f: F) -> Self
+    where
+        I: DeserializeOwned + Send + 'static,
+        O: Serialize + DeserializeOwned + Send + 'static,
+        E: Into<BoxError> + 'static,
+        F: Fn(I) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<O, E>> + Send,
+    {
+        let udf = map_fn(params, output, f).map(UdfKind::Map);
+        self.udf(udf)
+    }
+
+    pub fn map_udf(self, udf: Arc<dyn Mapper>) -> Self {
+        self.udf(Ok(UdfKind::Map(udf)))
+    }
+
+    /// Expands each row into the values of the stream `f(file)` returns.
+    /// (`gen` is a reserved word in Rust 2024; call it as `.r#gen(..)` or `.generate(..)`.)
+    pub fn r#gen<I, O, E, F, S>(self, output: &str, f: F) -> Self
+    where
+        I: DeserializeOwned + Send + 'static,
+        O: Serialize + DeserializeOwned + Send + 'static,
+        E: Into<BoxError> + Send + 'static,
+        F: Fn(I) -> S + Send + Sync + 'static,
+        S: futures::Stream<Item = std::result::Result<O, E>> + Send + 'static,
+    {
+        self.gen_on(&["file"], output, f)
+    }
+
+    /// Same as [`Chain::r#gen`].
+    pub fn generate<I, O, E, F, S>(self, output: &str, f: F) -> Self
+    where
+        I: DeserializeOwned + Send + 'static,
+        O: Serialize + DeserializeOwned + Send + 'static,
+        E: Into<BoxError> + Send + 'static,
+        F: Fn(I) -> S + Send + Sync + 'static,
+        S: futures::Stream<Item = std::result::Result<O, E>> + Send + 'static,
+    {
+        self.gen_on(&["file"], output, f)
+    }
+
+    pub fn gen_on<I, O, E, F, S>(self, params: &[&str], output: &str, f: F) -> Self
+    where
+        I: DeserializeOwned + Send + 'static,
+        O: Serialize + DeserializeOwned + Send + 'static,
+        E: Into<BoxError> + Send + 'static,
+        F: Fn(I) -> S + Send + Sync + 'static,
+        S: futures::Stream<Item = std::result::Result<O, E>> + Send + 'static,
+    {
+        let udf = gen_fn(params, output, f).map(UdfKind::Gen);
+        self.udf(udf)
+    }
+
+    pub fn gen_udf(self, udf: Arc<dyn Generator>) -> Self {
+        self.udf(Ok(UdfKind::Gen(udf)))
+    }
+
+    /// Adds column `output` computed `batch_size` rows at a time: `async fn(Vec<File>) -> Result<Vec<O>>`.
+    pub fn batch_map<I, O, E, F, Fut>(self, output: &str, f: F) -> Self
+    where
+        I: DeserializeOwned + Send + 'static,
+        O: Serialize + DeserializeOwned + Send + 'static,
+        E: Into<BoxError> + 'static,
+        F: Fn(Vec<I>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<Vec<O>, E>> + Send,
+    {
+        self.batch_map_on(&["file"], output, f)
+    }
+
+    pub fn batch_map_on<I, O, E, F, Fut>(self, params: &[&str], output: &str, f: F) -> Self
+    where
+        I: DeserializeOwned + Send + 'static,
+        O: Serialize + DeserializeOwned + Send + 'static,
+        E: Into<BoxError> + 'static,
+        F: Fn(Vec<I>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<Vec<O>, E>> + Send,
+    {
+        let udf = batch_map_fn(params, output, f).map(UdfKind::BatchMap);
+        self.udf(udf)
+    }
+
+    pub fn batch_map_udf(self, udf: Arc<dyn BatchMapper>) -> Self {
+        self.udf(Ok(UdfKind::BatchMap(udf)))
+    }
+
+    /// One call per group of rows with equal `partition_by` values, reading
+    /// `params`; the result has the key columns and `output`.
+    pub fn agg<I, O, E, F, Fut>(
+        self,
+        partition_by: &[&str],
+        params: &[&str],
+        output: &str,
+        f: F,
+    ) -> Self
+    where
+        I: DeserializeOwned + Send + 'static,
+        O: Serialize + DeserializeOwned + Send + 'static,
+        E: Into<BoxError> + 'static,
+        F: Fn(Vec<I>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<Vec<O>, E>> + Send,
+    {
+        let keys = partition_by.iter().map(|s| s.to_string()).collect();
+        let udf = agg_fn(params, output, f).map(|udf| UdfKind::Agg {
+            udf,
+            partition_by: keys,
+        });
+        self.udf(udf)
+    }
+
+    pub fn agg_udf(self, partition_by: &[&str], udf: Arc<dyn Aggregator>) -> Self {
+        let partition_by = partition_by.iter().map(|s| s.to_string()).collect();
+        self.udf(Ok(UdfKind::Agg { udf, partition_by }))
+    }
+}
+
+fn values_table<T: Serialize + DeserializeOwned>(values: &[T]) -> Result<Arc<dyn TableProvider>> {
+    use datafusion::arrow::datatypes::{DataType, Schema};
+    let field = udfchain_udfs::trace_field::<T>("value").map_err(|e| Error::plan(e.to_string()))?;
+    let array =
+        udfchain_udfs::encode_column(&field, values).map_err(|e| Error::plan(e.to_string()))?;
+    let batch = match field.data_type() {
+        DataType::Struct(_) => {
+            let s = datafusion::arrow::array::StructArray::from(array.to_data());
+            RecordBatch::from(s)
+        }
+        _ => RecordBatch::try_new(Arc::new(Schema::new(vec![field.clone()])), vec![array])
+            .map_err(|e| Error::from(datafusion::error::DataFusionError::from(e)))?,
+    };
+    Ok(Arc::new(MemTable::try_new(
+        batch.schema(),
+        vec![vec![batch]],
+    )?))
+}
+
+fn empty_plan() -> LogicalPlan {
+    LogicalPlan::EmptyRelation(datafusion::logical_expr::EmptyRelation {
+        produce_one_row: false,
+        schema: Arc::new(datafusion::common::DFSchema::empty()),
+    })
+}
+
+/// The data file of a dataset version.
+const DATA_FILE: &str = "data.parquet";

@@ -1,0 +1,141 @@
+//! Saving a [`Chain`]'s rows: as the next version of a dataset (one Parquet
+//! file staged under the root and committed to the catalog) or as one Parquet
+//! file at a URI. Both run the plan of a `COPY TO` here, so progress is read
+//! from its operators' metrics as it runs.
+//!
+//! Guarantees: a bad dataset name fails before anything runs; a save dropped
+//! before its run finished leaves no version and removes its partial files;
+//! a dataset's recorded query is redacted (no credentials).
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, RecordBatch};
+use datafusion::logical_expr::LogicalPlanBuilder;
+use datafusion::prelude::DataFrame;
+
+use super::{Chain, DATA_FILE};
+use crate::dataset::{Catalog, DatasetInfo};
+use crate::error::Result;
+use crate::progress::{self, Progress};
+use crate::storage::Location;
+use crate::util::redact::redact;
+
+impl Chain {
+    /// Runs the chain and saves the result as the next version of dataset `name`
+    /// (Parquet under the root dir, registered in the catalog). A bad `name`
+    /// fails before anything runs; catalog work runs on the blocking pool.
+    ///
+    /// # Cancel safety
+    /// Dropping the future before the run has finished leaves no version and
+    /// removes the partial files at once; once the commit has started it runs
+    /// to completion. A killed process leaves no visible version; its partial
+    /// files are removed by the next `Catalog::open` under the root.
+    pub async fn save(&self, name: &str) -> Result<DatasetInfo> {
+        self.save_with_progress(name, |_| {}).await
+    }
+
+    /// Saves like [`save`](Self::save), calling `on_progress` as
+    /// [`collect_with_progress`](Self::collect_with_progress) does while the
+    /// rows are computed and written.
+    ///
+    /// # Cancel safety
+    /// As [`save`](Self::save).
+    pub async fn save_with_progress(
+        &self,
+        name: &str,
+        on_progress: impl FnMut(&Progress),
+    ) -> Result<DatasetInfo> {
+        crate::dataset::check_name(name)?;
+        let catalog = Catalog::open_async(self.settings.get_root()).await?;
+        let staging = catalog.staging_dir_async().await?;
+        match self.write_dataset(staging.path(), on_progress).await {
+            Ok((schema, rows, query)) => {
+                catalog
+                    .commit_async(name, staging, schema, rows, query)
+                    .await
+            }
+            Err(e) => {
+                // Removing the partial files is blocking file work too.
+                let _ = tokio::task::spawn_blocking(move || drop(staging)).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Writes the rows into `dir` as one Parquet file (see `write_parquet`).
+    async fn write_dataset(
+        &self,
+        dir: &std::path::Path,
+        on_progress: impl FnMut(&Progress),
+    ) -> Result<(String, u64, String)> {
+        let df = self.dataframe().await?;
+        let query = redact(&df.logical_plan().display_indent().to_string()).into_owned();
+        let schema = df
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| format!("{}: {}", f.name(), f.data_type()))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let path = dir.join(DATA_FILE).display().to_string();
+        let rows = self.write_parquet(df, path, on_progress).await?;
+        Ok((schema, rows as u64, query))
+    }
+
+    /// Writes `df` as one Parquet file at `path` and returns the rows written:
+    /// the plan of `DataFrame::write_parquet` (a `COPY TO`), executed here so
+    /// that its operators' metrics can be watched while it runs.
+    async fn write_parquet(
+        &self,
+        df: DataFrame,
+        path: String,
+        on_progress: impl FnMut(&Progress),
+    ) -> Result<usize> {
+        use datafusion::datasource::file_format::format_as_file_type;
+        use datafusion::datasource::file_format::parquet::ParquetFormatFactory;
+
+        let (state, plan) = df.into_parts();
+        let copy = LogicalPlanBuilder::copy_to(
+            plan,
+            path,
+            format_as_file_type(Arc::new(ParquetFormatFactory::new())),
+            [("single_file_output".to_string(), "true".to_string())].into(),
+            vec![],
+        )?
+        .build()?;
+        let df = DataFrame::new(state, copy);
+        let ctx = Arc::new(df.task_ctx());
+        let physical = df.create_physical_plan().await?;
+        let run = datafusion::physical_plan::collect(Arc::clone(&physical), ctx);
+        let show = self.settings.get_progress();
+        let counts = progress::run(&physical, run, show, on_progress, |c| written(c)).await?;
+        Ok(written(&counts))
+    }
+
+    /// Writes the result as one Parquet file at `uri` (local or in a store).
+    pub async fn to_parquet(&self, uri: &str) -> Result<()> {
+        if let Ok(loc) = Location::parse_output(uri) {
+            crate::storage::open_store(
+                self.session.context().runtime_env().as_ref(),
+                &loc,
+                self.settings.get_storage_options(),
+            )?;
+        }
+        let df = self.dataframe().await?;
+        self.write_parquet(df, uri.to_string(), |_| {}).await?;
+        Ok(())
+    }
+}
+
+/// The rows a `COPY TO` wrote: the sum of its one `count` column.
+fn written(counts: &[RecordBatch]) -> usize {
+    counts
+        .first()
+        .and_then(|b| {
+            b.column(0)
+                .as_any()
+                .downcast_ref::<datafusion::arrow::array::UInt64Array>()
+        })
+        .map(|a| a.iter().flatten().sum::<u64>() as usize)
+        .unwrap_or(0)
+}
