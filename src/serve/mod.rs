@@ -1,7 +1,7 @@
 //! `udfchain serve`: datasets served to training loops over Arrow Flight, one
 //! endpoint per loader partition, with the next partitions each client will ask
 //! for fetched ahead (see `flight.rs` for the service, `request.rs` for the JSON
-//! request and tickets, `readahead.rs` for the per-client read-ahead).
+//! request, `ticket.rs` for tickets, `readahead.rs` for the per-client read-ahead).
 //!
 //! Guarantees: [`FlightServer::bind`] listens before it returns (port 0 gets a
 //! free port, [`BoundServer::local_addr`] names it); [`BoundServer::run_until`]
@@ -15,13 +15,15 @@
 mod flight;
 mod readahead;
 mod request;
+mod ticket;
 
 pub use flight::{FLIGHT_DATA_SIZE, LoaderFlightService, STATS_ACTION, status};
 pub use readahead::{ReadAhead, ReadAheadStats};
 pub use request::{
-    DEFAULT_PARTITION_ROWS, FlightRequest, FlightTicket, MAX_CONSUMERS, MAX_PARALLEL_REQUESTS,
+    DEFAULT_PARTITION_ROWS, FlightRequest, MAX_CONSUMERS, MAX_PARALLEL_REQUESTS,
     MAX_PARTITION_ROWS, MAX_PREFETCH_PARTITIONS, RequestError,
 };
+pub use ticket::{FlightTicket, TicketError};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -34,6 +36,7 @@ use tonic::transport::server::TcpIncoming;
 use crate::dataset::Catalog;
 use crate::error::{Error, Result};
 use crate::session::Session;
+use ticket::TicketKey;
 
 /// Partitions read ahead of each client unless its request says otherwise.
 pub const DEFAULT_PREFETCH_PARTITIONS: usize = 2;
@@ -111,11 +114,13 @@ impl FlightServer {
         })?;
         let local_addr = listener.local_addr().map_err(|e| Error::io(addr, e))?;
         let catalog = Catalog::open_async(self.session.settings().get_root()).await?;
+        let tickets = TicketKey::random().map_err(|e| Error::io("the OS's random source", e))?;
         Ok(BoundServer {
             server: self,
             listener,
             local_addr,
             catalog,
+            tickets,
         })
     }
 }
@@ -127,6 +132,7 @@ pub struct BoundServer {
     listener: TcpListener,
     local_addr: SocketAddr,
     catalog: Catalog,
+    tickets: TicketKey,
 }
 
 impl BoundServer {
@@ -153,6 +159,7 @@ impl BoundServer {
             listener,
             local_addr,
             catalog,
+            tickets,
         } = self;
         let readahead = ReadAhead::new(server.readahead_ttl);
         let sweeper = {
@@ -168,6 +175,7 @@ impl BoundServer {
         let service = LoaderFlightService::new(
             Arc::clone(&server.session),
             catalog,
+            tickets,
             Arc::clone(&readahead),
             server.prefetch_partitions,
         );

@@ -18,7 +18,8 @@
 //! - a stream is closed — its fetches aborted, its partitions dropped — when
 //!   its last partition has been asked for, when a client drops a `do_get` mid
 //!   partition (a disconnect or a kill), or when it has been idle (no `do_get`
-//!   running or started) for the TTL; a ticket of a closed stream still works:
+//!   running or started) for the TTL; a ticket of a closed stream still works
+//!   in the server process that issued it (stream ids are never reused there):
 //!   the stream is opened again from the ticket (the plan is deterministic), the
 //!   partition is fetched on demand and the read-ahead resumes from there;
 //! - fetch tasks never outlive their stream: they abort when dropped.
