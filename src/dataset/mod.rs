@@ -290,7 +290,8 @@ impl Catalog {
             return Err(Error::io(path.display(), e));
         }
         // The new name (and the dataset's dir, when new) on disk before the row.
-        let named = durable::sync_dir(&parent).and_then(|()| durable::sync_dir(&self.datasets_root()));
+        let named =
+            durable::sync_dir(&parent).and_then(|()| durable::sync_dir(&self.datasets_root()));
         if let Err(e) = named {
             let _ = std::fs::remove_dir_all(&path);
             return Err(Error::io(parent.display(), e));
@@ -609,7 +610,11 @@ mod tests {
         assert_eq!(save(&cat, "x").version, 3, "save, rm, save gives 3, not 2");
         assert_eq!(cat.remove("x", None).expect("rm all"), 2);
         let reopened = Catalog::open(root.path()).expect("reopen");
-        assert_eq!(save(&reopened, "x").version, 4, "across opens, after rm all");
+        assert_eq!(
+            save(&reopened, "x").version,
+            4,
+            "across opens, after rm all"
+        );
         assert_eq!(save(&reopened, "y").version, 1, "per name");
     }
 
@@ -646,7 +651,11 @@ mod tests {
             info.path.parent().expect("parent").to_path_buf(),
             root.path().join("datasets"),
         ] {
-            assert!(synced.contains(&want), "{} not in {synced:?}", want.display());
+            assert!(
+                synced.contains(&want),
+                "{} not in {synced:?}",
+                want.display()
+            );
         }
     }
 }

@@ -299,10 +299,9 @@ impl Supervisor {
         let (seen, watermark) = self
             .step(|c| {
                 let seen: HashSet<String> = {
-                    let mut stmt = c
-                        .db
-                        .prepare("SELECT path FROM pl_files")
-                        .map_err(|e| c.sql.err(e))?;
+                    let mut stmt =
+                        c.db.prepare("SELECT path FROM pl_files")
+                            .map_err(|e| c.sql.err(e))?;
                     let rows = stmt
                         .query_map([], |r| r.get::<_, String>(0))
                         .map_err(|e| c.sql.err(e))?;
@@ -377,7 +376,8 @@ impl Supervisor {
                     .await
                     .map_err(|x| Error::internal(format!("training hook task: {x}")))?;
                 if let Err(err) = result {
-                    let (id, msg, dataset) = (t.trigger_id as i64, err.to_string(), t.dataset.clone());
+                    let (id, msg, dataset) =
+                        (t.trigger_id as i64, err.to_string(), t.dataset.clone());
                     self.step(move |c| {
                         c.db.execute(
                             "UPDATE pl_triggers SET hook = ?2, dataset = ?3 WHERE trigger_id = ?1",
@@ -455,10 +455,9 @@ fn ingest(
     samples.sort_by(|a, b| (a.0, a.1, a.2).cmp(&(b.0, b.1, b.2)));
     let sql = c.sql.clone();
     let e = |x| sql.err(x);
-    let tx = c
-        .db
-        .transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(e)?;
+    let tx =
+        c.db.transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(e)?;
     let mut next_key = state::get_i64(&tx, &sql, "next_key", 0)?;
     let mut top = watermark;
     {
@@ -507,10 +506,9 @@ fn ingest(
 fn next_batch(c: &mut Core, batch_size: usize, range: Range) -> Result<Option<usize>> {
     let sql = c.sql.clone();
     let e = |x| sql.err(x);
-    let tx = c
-        .db
-        .transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(e)?;
+    let tx =
+        c.db.transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(e)?;
     let cursor = state::get_i64(&tx, &sql, "cursor", -1)?;
     let rows: Vec<(i64, i64, i64, Option<Vec<u8>>)> = {
         let mut stmt = tx
@@ -552,12 +550,12 @@ fn next_batch(c: &mut Core, batch_size: usize, range: Range) -> Result<Option<us
         let mut next_id = state::get_i64(&tx, &sql, "next_trigger", 0)? as u64;
         let mut last_ts = state::get_i64(&tx, &sql, "last_ts", i64::MIN)?;
         let mut prev = 0;
-        for c in cuts {
-            let c = c.min(batch.len());
-            if c > prev {
-                c.strategy.inform(&tx, &batch[prev..c])?;
-                last_ts = batch[c - 1].timestamp;
-                prev = c;
+        for cut in cuts {
+            let cut = cut.min(batch.len());
+            if cut > prev {
+                c.strategy.inform(&tx, &batch[prev..cut])?;
+                last_ts = batch[cut - 1].timestamp;
+                prev = cut;
             }
             let info = c.strategy.trigger(&tx, next_id)?;
             let sizes = serde_json::to_string(&info.partition_sizes)

@@ -92,7 +92,9 @@ impl<T> Drop for PoolTask<T> {
 ///
 /// # Cancel safety
 /// Dropping the future does not stop the work once started.
-pub async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, String> {
+pub async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, String> {
     match tokio::task::spawn_blocking(f).await {
         Ok(r) => Ok(r),
         Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),

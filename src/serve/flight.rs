@@ -15,8 +15,11 @@
 //!
 //! Errors reach the client as Flight statuses whose message says what to fix:
 //! a bad request or an altered ticket is `InvalidArgument`, a ticket of another
-//! server process `FailedPrecondition`, an unknown dataset or version `NotFound`, a full memory pool `ResourceExhausted`, storage and other
-//! failures `Internal` (credentials never appear: the messages are redacted).
+//! server process `FailedPrecondition`, an unknown dataset or version
+//! `NotFound`, a full memory pool, a partition over the server's
+//! `--memory-limit` or a stream over a stream cap `ResourceExhausted` (naming
+//! the limit and its flag), storage and other failures `Internal`
+//! (credentials never appear: the messages are redacted).
 
 use std::collections::BTreeMap;
 use std::pin::Pin;
@@ -225,6 +228,7 @@ impl FlightService for LoaderFlightService {
         &self,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
+        let client = request.remote_addr().map(|a| a.ip());
         let desc = request.into_inner();
         let (req, loader, plan) = self.plan(command(&desc)?).await.map_err(status)?;
         let rows: usize = plan.partitions.iter().map(|p| p.rows).sum();
@@ -236,7 +240,10 @@ impl FlightService for LoaderFlightService {
             .with_ordered(true);
         let n = plan.partitions.len();
         let (k, p) = self.read_ahead(&req);
-        let stream = self.readahead.open(loader, plan, k, p);
+        let stream = self
+            .readahead
+            .open(client, loader, plan, k, p)
+            .map_err(status)?;
         for index in 0..n {
             let ticket = Ticket::new(self.tickets.issue(&req, stream, index));
             info = info.with_endpoint(FlightEndpoint::new().with_ticket(ticket));
@@ -271,6 +278,7 @@ impl FlightService for LoaderFlightService {
         &self,
         request: Request<Ticket>,
     ) -> Result<Response<Self::DoGetStream>, Status> {
+        let client = request.remote_addr().map(|a| a.ip());
         let ticket = self
             .tickets
             .check(&request.get_ref().ticket)
@@ -282,7 +290,7 @@ impl FlightService for LoaderFlightService {
         };
         let (held, serving, plan) = self
             .readahead
-            .take(ticket.stream, ticket.index, reopen)
+            .take(ticket.stream, ticket.index, client, reopen)
             .await
             .map_err(status)?;
         let batches: Vec<RecordBatch> = held.data.batches.clone();

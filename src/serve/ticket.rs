@@ -95,12 +95,13 @@ impl TicketKey {
         })
     }
 
-    /// This server process's id.
-    pub fn server(&self) -> &str {
-        &self.server
-    }
-
-    fn tag(&self, request: &FlightRequest, server: &str, stream: u64, index: usize) -> blake3::Hash {
+    fn tag(
+        &self,
+        request: &FlightRequest,
+        server: &str,
+        stream: u64,
+        index: usize,
+    ) -> blake3::Hash {
         let signed = Signed {
             request,
             server,
@@ -119,7 +120,10 @@ impl TicketKey {
             server: self.server.clone(),
             stream,
             index,
-            tag: self.tag(request, &self.server, stream, index).to_hex().to_string(),
+            tag: self
+                .tag(request, &self.server, stream, index)
+                .to_hex()
+                .to_string(),
         };
         // Plain data with string keys: serialising cannot fail.
         serde_json::to_vec(&ticket).unwrap_or_default()
@@ -161,7 +165,7 @@ mod tests {
         let req = request(r#"{"dataset": "d", "version": 2, "shuffle": true}"#);
         let t = key.check(&key.issue(&req, 9, 3)).expect("ticket");
         assert_eq!((t.request, t.stream, t.index), (req, 9, 3));
-        assert_eq!(t.server, key.server());
+        assert_eq!(t.server, key.server);
     }
 
     #[test]
@@ -170,7 +174,7 @@ mod tests {
             TicketKey::random().expect("a"),
             TicketKey::random().expect("b"),
         );
-        assert_ne!(a.server(), b.server(), "ids are random");
+        assert_ne!(a.server, b.server, "ids are random");
         let bytes = a.issue(&request(r#"{"dataset": "d"}"#), 1, 0);
         let e = b.check(&bytes).expect_err("other server");
         assert!(matches!(e, TicketError::OtherServer { .. }), "{e}");
@@ -185,8 +189,14 @@ mod tests {
         for (field, value) in [
             ("stream", serde_json::json!(2)),
             ("index", serde_json::json!(1)),
-            ("request", serde_json::json!({"dataset": "db", "version": 1})),
-            ("request", serde_json::json!({"dataset": "da", "version": 2})),
+            (
+                "request",
+                serde_json::json!({"dataset": "db", "version": 1}),
+            ),
+            (
+                "request",
+                serde_json::json!({"dataset": "da", "version": 2}),
+            ),
             ("tag", serde_json::json!("00")),
         ] {
             let mut edited = t.clone();

@@ -831,10 +831,11 @@ async fn churn_worker() {
             .expect("save");
         println!("saved {} {token}", info.version);
         for v in catalog.list().expect("list") {
-            let read: udfchain::Result<Vec<Token>> = Chain::from_dataset_version("churn", v.version)
-                .in_session(Arc::clone(&session))
-                .to_rows()
-                .await;
+            let read: udfchain::Result<Vec<Token>> =
+                Chain::from_dataset_version("churn", v.version)
+                    .in_session(Arc::clone(&session))
+                    .to_rows()
+                    .await;
             if let Err(e) = read {
                 // Removed by the other process since the listing: fine; still
                 // listed and unreadable: the defect.
@@ -860,7 +861,12 @@ async fn two_processes_saving_and_removing_keep_every_listed_version_readable() 
         .into_iter()
         .map(|who| {
             std::process::Command::new(std::env::current_exe().expect("exe"))
-                .args(["--exact", "datasets::churn_worker", "--ignored", "--nocapture"])
+                .args([
+                    "--exact",
+                    "datasets::churn_worker",
+                    "--ignored",
+                    "--nocapture",
+                ])
                 .env("UDFCHAIN_TEST_CHURN_ROOT", root.path())
                 .env("UDFCHAIN_TEST_CHURN_WHO", who)
                 .stdout(std::process::Stdio::piped())
@@ -883,14 +889,20 @@ async fn two_processes_saving_and_removing_keep_every_listed_version_readable() 
                 let (v, token) = rest.split_once(' ').expect("saved V TOKEN");
                 let v: u32 = v.parse().expect("version");
                 let old = saved.insert(v, token.to_string());
-                assert!(old.is_none(), "version {v} issued twice: {old:?} and {token}");
+                assert!(
+                    old.is_none(),
+                    "version {v} issued twice: {old:?} and {token}"
+                );
             }
         }
     }
     assert_eq!(saved.len(), 24, "every save got its own version");
     // What is left reads the rows first saved under its number.
     let session = Session::with_settings(Settings::new().root(root.path()));
-    let left = Catalog::open(root.path()).expect("open").list().expect("list");
+    let left = Catalog::open(root.path())
+        .expect("open")
+        .list()
+        .expect("list");
     assert!(left.len() >= 2, "the loop keeps two versions: {left:?}");
     for v in &left {
         let rows: Vec<Token> = Chain::from_dataset_version("churn", v.version)
@@ -898,10 +910,19 @@ async fn two_processes_saving_and_removing_keep_every_listed_version_readable() 
             .to_rows()
             .await
             .expect("a listed version reads");
-        assert_eq!(rows, vec![Token { token: saved[&v.version].clone() }]);
+        assert_eq!(
+            rows,
+            vec![Token {
+                token: saved[&v.version].clone()
+            }]
+        );
     }
     let dirs = std::fs::read_dir(root.path().join("datasets").join("churn"))
         .map(|d| d.count())
         .unwrap_or(0);
-    assert_eq!(dirs, left.len(), "no dir without its row, no row without its dir");
+    assert_eq!(
+        dirs,
+        left.len(),
+        "no dir without its row, no row without its dir"
+    );
 }
