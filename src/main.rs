@@ -180,6 +180,16 @@ and read its endpoints in order (examples/python/loader.py). SIGINT/SIGTERM stop
         /// Seconds after which an idle client's read-ahead is dropped.
         #[arg(long, default_value_t = udfchain::serve::DEFAULT_READAHEAD_TTL.as_secs())]
         readahead_ttl: u64,
+        /// Bytes of partitions held for all clients, read ahead or being sent
+        /// (e.g. 512MiB, 2GB); requests over it get RESOURCE_EXHAUSTED.
+        #[arg(long, default_value = "1GiB", value_parser = serve_size)]
+        memory_limit: usize,
+        /// Open streams (get_flight_info calls being read) per server.
+        #[arg(long, default_value_t = udfchain::serve::DEFAULT_MAX_STREAMS)]
+        max_streams: usize,
+        /// Open streams per client IP address.
+        #[arg(long, default_value_t = udfchain::serve::DEFAULT_MAX_STREAMS_PER_CLIENT)]
+        max_streams_per_client: usize,
     },
     /// The shared cache.
     #[command(after_help = "\
@@ -434,10 +444,16 @@ async fn run(cli: Cli) -> udfchain::Result<()> {
             addr,
             prefetch_partitions,
             readahead_ttl,
+            memory_limit,
+            max_streams,
+            max_streams_per_client,
         } => {
             udfchain::serve::FlightServer::new(session)
                 .prefetch_partitions(prefetch_partitions)
                 .readahead_ttl(std::time::Duration::from_secs(readahead_ttl))
+                .memory_limit(memory_limit)
+                .max_streams(max_streams)
+                .max_streams_per_client(max_streams_per_client)
                 .serve(&addr, |at| {
                     outln!("listening on grpc://{at}");
                     Ok(())
@@ -475,6 +491,14 @@ async fn run(cli: Cli) -> udfchain::Result<()> {
             Ok(())
         }
     }
+}
+
+/// `--memory-limit`: a byte size such as `512MiB` or `2GB`, at least 1 byte.
+fn serve_size(text: &str) -> Result<usize, String> {
+    udfchain::chain::parse_size(text)
+        .filter(|&n| n > 0)
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or_else(|| format!("{text:?} is not a size such as 512MiB or 2GB"))
 }
 
 fn read_script(path: &str) -> udfchain::Result<String> {

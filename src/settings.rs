@@ -25,11 +25,15 @@ pub const MAX_PARALLEL: usize = 4_096;
 pub const MAX_BATCH_SIZE: usize = 1 << 24;
 
 /// A byte size: a whole number with an optional `k`, `m`, `g` or `t` suffix
-/// (powers of 1024, any case, an optional trailing `b`: `512k`, `64MB`, `2g`);
-/// `None` for anything else or a size past `u64::MAX`.
+/// (powers of 1024, any case, an optional trailing `b` or `ib`: `512k`,
+/// `64MB`, `512MiB`, `2g`); `None` for anything else or a size past `u64::MAX`.
 pub fn parse_size(text: &str) -> Option<u64> {
     let t = text.trim().to_ascii_lowercase();
     let t = t.strip_suffix('b').unwrap_or(&t);
+    let t = match t.strip_suffix('i') {
+        Some(unit) if unit.ends_with(['k', 'm', 'g', 't']) => unit,
+        _ => t,
+    };
     let (num, shift) = match t.char_indices().last() {
         Some((i, 'k')) => (&t[..i], 10),
         Some((i, 'm')) => (&t[..i], 20),
@@ -523,6 +527,10 @@ mod tests {
             Some(" eu-west-1")
         );
         assert_eq!(parse_size("64MB"), Some(64 << 20));
+        assert_eq!(parse_size("512MiB"), Some(512 << 20));
+        assert_eq!(parse_size("2GB"), Some(2 << 30));
+        assert_eq!(parse_size("3kib"), Some(3 << 10));
+        assert_eq!(parse_size("3i"), None);
         assert_eq!(parse_size("1t"), Some(1 << 40));
         assert_eq!(parse_size("16777216t"), None, "overflow");
         assert_eq!(parse_size("k"), None);

@@ -8,6 +8,18 @@
 //! removed by the next `Catalog::open`. Saves of one name from several threads
 //! or processes get distinct, increasing versions.
 //!
+//! Versions are never reused: `dataset_seq` holds the highest version ever
+//! issued per name, kept when versions (or the whole dataset) are removed, so a
+//! version number (in `read_dataset`, a loader ticket, a pipeline record) always
+//! means the data first saved under it. A save is durable before it is
+//! visible: its Parquet files, its dir and the dirs naming it are fsynced
+//! ([`crate::util::durable`]) before the transaction that inserts its row
+//! commits, and catalog commits are themselves synchronous (`synchronous =
+//! FULL`). A remove deletes exactly the dirs of the rows its own transaction
+//! deleted, after that commit and under the write lock saves take (a kill in
+//! between leaves unregistered dirs, which `open` sweeps); since versions are
+//! never reused, those dirs are nobody else's.
+//!
 //! A staging dir belongs to the process holding its owner lock
 //! ([`crate::util::owner`]) until the commit moves it into place, or until its
 //! [`Staging`] guard is dropped (which removes it); `open` removes only staging
@@ -38,6 +50,8 @@ use std::time::Duration;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use crate::error::{Error, Result};
+use crate::runtime;
+use crate::util::durable;
 use crate::util::owner::{self, OwnerLock};
 
 /// One version of a dataset.
@@ -89,14 +103,11 @@ impl Drop for Staging {
     }
 }
 
-/// Runs catalog work on tokio's blocking pool (SQLite and file system calls
-/// block); a panic in it resumes here.
+/// Runs catalog work on tokio's blocking pool ([`runtime::blocking`]).
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
-    match tokio::task::spawn_blocking(f).await {
-        Ok(r) => r,
-        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-        Err(e) => Err(Error::Dataset(format!("catalog task cancelled: {e}"))),
-    }
+    runtime::blocking(f)
+        .await
+        .map_err(|e| Error::Dataset(format!("catalog task: {e}")))?
 }
 
 impl Catalog {
@@ -120,6 +131,10 @@ impl Catalog {
                 created INTEGER NOT NULL,
                 query TEXT NOT NULL,
                 PRIMARY KEY (name, version)
+            );
+            CREATE TABLE IF NOT EXISTS dataset_seq (
+                name TEXT PRIMARY KEY,
+                last INTEGER NOT NULL
             );",
         )
         .map_err(&sql)?;
@@ -164,6 +179,10 @@ impl Catalog {
         let sql = self.sql_err();
         let conn = Connection::open(self.db_path()).map_err(&sql)?;
         conn.busy_timeout(Duration::from_secs(30)).map_err(&sql)?;
+        // Every commit reaches the disk before it returns (WAL's default
+        // NORMAL would lose the last commits on a power loss).
+        conn.pragma_update(None, "synchronous", "FULL")
+            .map_err(&sql)?;
         // Switching to WAL takes an exclusive lock and can report SQLITE_BUSY
         // without waiting on the busy handler while another process opens the
         // same new catalog; retry for as long as the busy timeout.
@@ -230,22 +249,28 @@ impl Catalog {
     ) -> Result<DatasetInfo> {
         check_name(name)?;
         let sql = self.sql_err();
+        // The files and their dir reach the disk before the row that makes them
+        // visible (outside the write lock: fsync is slow).
+        durable::sync_tree(&staging.dir).map_err(|e| Error::io(staging.dir.display(), e))?;
         let mut conn = self.connect()?;
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(&sql)?;
+        // Above every version ever issued (rows of catalogs older than
+        // `dataset_seq` count too), never MAX(version) + 1 of what is left.
         let version: u32 = tx
             .query_row(
-                "SELECT COALESCE(MAX(version), 0) + 1 FROM versions WHERE name = ?1",
+                "SELECT MAX(
+                    COALESCE((SELECT last FROM dataset_seq WHERE name = ?1), 0),
+                    COALESCE((SELECT MAX(version) FROM versions WHERE name = ?1), 0)) + 1",
                 params![name],
                 |r| r.get(0),
             )
             .map_err(&sql)?;
         let relative = version_dir(name, version);
         let path = self.root.join(&relative);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| Error::io(parent.display(), e))?;
-        }
+        let parent = self.datasets_root().join(name);
+        std::fs::create_dir_all(&parent).map_err(|e| Error::io(parent.display(), e))?;
         // A dir left there by a killed save that never committed is not a version.
         if path.exists() {
             std::fs::remove_dir_all(&path).map_err(|e| Error::io(path.display(), e))?;
@@ -263,6 +288,13 @@ impl Catalog {
         if let Err(e) = std::fs::rename(&dir, &path) {
             let _ = std::fs::remove_dir_all(&dir);
             return Err(Error::io(path.display(), e));
+        }
+        // The new name (and the dataset's dir, when new) on disk before the row.
+        let named =
+            durable::sync_dir(&parent).and_then(|()| durable::sync_dir(&self.datasets_root()));
+        if let Err(e) = named {
+            let _ = std::fs::remove_dir_all(&path);
+            return Err(Error::io(parent.display(), e));
         }
         let created = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -292,7 +324,14 @@ impl Catalog {
                 query
             ],
         );
-        match inserted.and_then(|_| tx.commit()) {
+        let issued = inserted.and_then(|_| {
+            tx.execute(
+                "INSERT INTO dataset_seq (name, last) VALUES (?1, ?2)
+                 ON CONFLICT(name) DO UPDATE SET last = excluded.last",
+                params![name, version],
+            )
+        });
+        match issued.and_then(|_| tx.commit()) {
             Ok(()) => Ok(info),
             Err(e) => {
                 let _ = std::fs::remove_dir_all(&path);
@@ -367,17 +406,20 @@ impl Catalog {
         blocking(move || cat.list()).await
     }
 
-    /// Removes one version of `name`, or all of them; returns how many.
+    /// Removes one version of `name`, or all of them; returns how many. Their
+    /// numbers are not issued again.
     pub fn remove(&self, name: &str, version: Option<u32>) -> Result<usize> {
         let sql = self.sql_err();
         let mut conn = self.connect()?;
+        // Unlink: the rows this transaction deletes name the dirs to delete.
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(&sql)?;
         let paths: Vec<String> = {
             let mut stmt = tx
                 .prepare(
-                    "SELECT path FROM versions WHERE name = ?1 AND (?2 IS NULL OR version = ?2)",
+                    "DELETE FROM versions WHERE name = ?1 AND (?2 IS NULL OR version = ?2)
+                     RETURNING path",
                 )
                 .map_err(&sql)?;
             let rows = stmt
@@ -386,23 +428,24 @@ impl Catalog {
             rows.collect::<Result<Vec<_>, _>>().map_err(&sql)?
         };
         if paths.is_empty() {
+            drop(tx);
             return Err(self
                 .get(name, version)
                 .err()
                 .unwrap_or_else(|| Error::Dataset(format!("no dataset {name:?}"))));
         }
-        tx.execute(
-            "DELETE FROM versions WHERE name = ?1 AND (?2 IS NULL OR version = ?2)",
-            params![name, version],
-        )
-        .map_err(&sql)?;
         tx.commit().map_err(&sql)?;
+        // Delete them under the write lock saves take, so no save is between
+        // creating the dataset's dir and moving its version in when that dir
+        // is removed (empty).
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(&sql)?;
         for p in &paths {
             let _ = std::fs::remove_dir_all(self.resolve(p));
         }
-        if version.is_none() {
-            let _ = std::fs::remove_dir(self.datasets_root().join(name));
-        }
+        let _ = std::fs::remove_dir(self.datasets_root().join(name));
+        tx.commit().map_err(&sql)?;
         Ok(paths.len())
     }
 
@@ -543,4 +586,76 @@ fn dir_bytes(dir: &Path) -> u64 {
                 .sum()
         })
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Commits a version of `name` holding one file.
+    fn save(cat: &Catalog, name: &str) -> DatasetInfo {
+        let staging = cat.staging_dir().expect("staging");
+        std::fs::write(staging.path().join("part-0.parquet"), b"rows").expect("write");
+        cat.commit(name, staging, "a: Int64", 1, "test")
+            .expect("commit")
+    }
+
+    #[test]
+    fn versions_are_never_reused() {
+        let root = tempfile::tempdir().expect("root");
+        let cat = Catalog::open(root.path()).expect("open");
+        assert_eq!(save(&cat, "x").version, 1);
+        assert_eq!(save(&cat, "x").version, 2);
+        assert_eq!(cat.remove("x", Some(2)).expect("rm 2"), 1);
+        assert_eq!(save(&cat, "x").version, 3, "save, rm, save gives 3, not 2");
+        assert_eq!(cat.remove("x", None).expect("rm all"), 2);
+        let reopened = Catalog::open(root.path()).expect("reopen");
+        assert_eq!(
+            save(&reopened, "x").version,
+            4,
+            "across opens, after rm all"
+        );
+        assert_eq!(save(&reopened, "y").version, 1, "per name");
+    }
+
+    #[test]
+    fn a_remove_deletes_only_the_dirs_of_the_rows_it_deleted() {
+        let root = tempfile::tempdir().expect("root");
+        let cat = Catalog::open(root.path()).expect("open");
+        let (v1, v2) = (save(&cat, "x"), save(&cat, "x"));
+        cat.remove("x", Some(1)).expect("rm 1");
+        assert!(!v1.path.exists() && v2.path.join("part-0.parquet").is_file());
+        let e = cat.remove("x", Some(1)).expect_err("gone");
+        assert!(e.to_string().contains("no version 1"), "{e}");
+        assert!(v2.path.is_dir(), "a failed remove deletes nothing");
+        cat.remove("x", None).expect("rm all");
+        assert!(!root.path().join("datasets").join("x").exists());
+    }
+
+    #[test]
+    fn a_commit_fsyncs_its_files_and_the_dirs_naming_them() {
+        let root = tempfile::tempdir().expect("root");
+        let cat = Catalog::open(root.path()).expect("open");
+        let staging = cat.staging_dir().expect("staging");
+        let file = staging.path().join("part-0.parquet");
+        std::fs::write(&file, b"rows").expect("write");
+        let staged = staging.path().to_path_buf();
+        durable::take_synced();
+        let info = cat
+            .commit("x", staging, "a: Int64", 1, "test")
+            .expect("commit");
+        let synced = durable::take_synced();
+        for want in [
+            file,
+            staged,
+            info.path.parent().expect("parent").to_path_buf(),
+            root.path().join("datasets"),
+        ] {
+            assert!(
+                synced.contains(&want),
+                "{} not in {synced:?}",
+                want.display()
+            );
+        }
+    }
 }

@@ -171,19 +171,30 @@ impl Pipeline {
         self
     }
 
-    fn open(&self) -> Result<Supervisor> {
-        let sup = Supervisor::open(
-            self.config.clone(),
-            Arc::clone(&self.session),
-            self.hook.clone(),
-            self.scores.clone(),
-            &self.feature_fns,
-            self.on_completed.clone(),
-        )?;
-        if let Some(y) = &self.yaml {
-            sup.remember_config(y)?;
-        }
-        Ok(sup)
+    /// Opens the supervisor (its state db, the trigger's and the strategy's
+    /// tables) on tokio's blocking pool.
+    async fn open(&self) -> Result<Supervisor> {
+        let p = self.clone();
+        crate::runtime::blocking(move || {
+            let sup = Supervisor::open(
+                p.config.clone(),
+                Arc::clone(&p.session),
+                p.hook.clone(),
+                p.scores.clone(),
+                &p.feature_fns,
+                p.on_completed.clone(),
+            )?;
+            if let Some(y) = &p.yaml {
+                sup.remember_config(y)?;
+            }
+            Ok(sup)
+        })
+        .await
+        .map_err(|e| crate::error::Error::Pipeline {
+            pipeline: self.config.name.clone(),
+            reason: format!("opening its state: {e}"),
+            source: None,
+        })?
     }
 
     /// Replays the samples with timestamps in `[from, to]` (inclusive, seconds
@@ -203,7 +214,7 @@ impl Pipeline {
         to: Option<i64>,
         stop: &StopHandle,
     ) -> Result<Vec<TriggerRecord>> {
-        let mut sup = self.open()?;
+        let mut sup = self.open().await?;
         sup.replay(Range { from, to }, self.max_triggers, stop)
             .await
     }
@@ -214,7 +225,7 @@ impl Pipeline {
     /// # Cancel safety
     /// As [`replay`](Self::replay).
     pub async fn run_live(&self, stop: StopHandle) -> Result<Vec<TriggerRecord>> {
-        let mut sup = self.open()?;
+        let mut sup = self.open().await?;
         sup.run_live(self.max_triggers, &stop).await
     }
 }

@@ -13,8 +13,10 @@
 //!   computed (same transaction as the batch that fired it), then `done` (hook
 //!   succeeded) or `skipped` (empty set), each in its own commit.
 //!
-//! Guarantees: the schema is created if missing; every SQLite failure is an
-//! [`Error::Pipeline`] naming the pipeline and the db file.
+//! Guarantees: the schema is created if missing; every commit is fsynced
+//! before it returns (`synchronous = FULL`), and the db's dir entries are
+//! fsynced when it is opened; every SQLite failure is an [`Error::Pipeline`]
+//! naming the pipeline and the db file.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -23,6 +25,7 @@ use std::time::Duration;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::error::{Error, Result};
+use crate::util::durable;
 
 /// The state dir of pipeline `name` under `root`.
 pub fn pipeline_dir(root: &Path, name: &str) -> PathBuf {
@@ -99,9 +102,10 @@ pub fn open(pipeline: &str, path: &Path) -> Result<(Connection, SqlErr)> {
         .map_err(|e| sql.err(e))?;
     conn.pragma_update(None, "journal_mode", "WAL")
         .map_err(|e| sql.err(e))?;
-    // WAL + NORMAL loses no committed transaction on a process kill (only on
-    // power loss), which is the failure the pipeline promises to survive.
-    conn.pragma_update(None, "synchronous", "NORMAL")
+    // Every commit (a batch and the triggers it fired, a trigger done) is
+    // fsynced before it returns: WAL's NORMAL survives a process kill but may
+    // lose the last commits on a power loss, after the hook saw them.
+    conn.pragma_update(None, "synchronous", "FULL")
         .map_err(|e| sql.err(e))?;
     conn.execute_batch(
         "CREATE TABLE IF NOT EXISTS pl_meta (name TEXT PRIMARY KEY, value);
@@ -118,6 +122,13 @@ pub fn open(pipeline: &str, path: &Path) -> Result<(Connection, SqlErr)> {
              hook TEXT, finished INTEGER);",
     )
     .map_err(|e| sql.err(e))?;
+    // The db and its WAL exist now: their names on disk too.
+    if let Some(dir) = path.parent() {
+        durable::sync_dir(dir).map_err(|e| Error::io(dir.display(), e))?;
+        if let Some(pipelines) = dir.parent() {
+            durable::sync_dir(pipelines).map_err(|e| Error::io(pipelines.display(), e))?;
+        }
+    }
     Ok((conn, sql))
 }
 
@@ -217,6 +228,21 @@ mod tests {
     fn features_round_trip() {
         let f = [1.5f32, -2.0, 0.0];
         assert_eq!(&*decode_features(&encode_features(&f)), &f);
+    }
+
+    #[test]
+    fn commits_are_synchronous_and_the_db_dir_is_synced() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let state_dir = dir.path().join("pipelines").join("p");
+        crate::util::durable::take_synced();
+        let (db, _) = open("p", &state_dir.join("state.db")).expect("open");
+        let level: i64 = db
+            .query_row("PRAGMA synchronous", [], |r| r.get(0))
+            .expect("pragma");
+        assert_eq!(level, 2, "FULL: each commit fsyncs the WAL");
+        let synced = crate::util::durable::take_synced();
+        assert!(synced.contains(&state_dir), "{synced:?}");
+        assert!(synced.contains(&dir.path().join("pipelines")), "{synced:?}");
     }
 
     #[test]

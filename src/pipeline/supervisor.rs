@@ -23,11 +23,16 @@
 //! new batch. A failing hook stops the run with an error naming the trigger and
 //! leaves it pending. One process runs a pipeline at a time (a lock file).
 //! `max_triggers` counts triggers finished by this run; triggers computed but
-//! not finished stay pending for the next run.
+//! not finished stay pending for the next run. Every SQLite call of the loop
+//! (the state db's transactions, the trigger's and the strategy's work inside
+//! them) runs on tokio's blocking pool ([`crate::runtime::blocking`]), never
+//! on an async worker, as the catalog's does; the state db commits with
+//! `synchronous = FULL` (see `state.rs`), so a commit that makes a trigger
+//! pending or done is on disk when it returns.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use rusqlite::{Connection, TransactionBehavior, params};
 use serde::{Deserialize, Serialize};
@@ -42,6 +47,7 @@ use crate::pipeline::selector::{ScoreFn, Strategy, build_strategy};
 use crate::pipeline::state::{self, SqlErr, TriggerRecord};
 use crate::pipeline::storage::{self, FeatureFn, Features};
 use crate::pipeline::trigger::{FeatureSource, Trigger, build_trigger};
+use crate::runtime;
 use crate::session::Session;
 use crate::udfs::File;
 
@@ -89,14 +95,25 @@ pub struct Range {
     pub to: Option<i64>,
 }
 
-/// One running pipeline: its config, its state db, its trigger and strategy.
-pub struct Supervisor {
-    config: PipelineConfig,
-    session: Arc<Session>,
+/// The state db with the trigger and the strategy that work in its
+/// transactions: what each step moves to the blocking pool.
+struct Core {
     db: Connection,
     sql: SqlErr,
     trigger: Box<dyn Trigger>,
     strategy: Box<dyn Strategy>,
+}
+
+fn lock(core: &Mutex<Core>) -> MutexGuard<'_, Core> {
+    // A panic in a step leaves the db to SQLite's rollback: keep going.
+    core.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// One running pipeline: its config, its state db, its trigger and strategy.
+pub struct Supervisor {
+    config: PipelineConfig,
+    session: Arc<Session>,
+    core: Arc<Mutex<Core>>,
     features: Option<Features>,
     hook: Hook,
     on_completed: Option<CompletedCallback>,
@@ -183,10 +200,12 @@ impl Supervisor {
         Ok(Self {
             config,
             session,
-            db,
-            sql,
-            trigger,
-            strategy,
+            core: Arc::new(Mutex::new(Core {
+                db,
+                sql,
+                trigger,
+                strategy,
+            })),
             features,
             hook,
             on_completed,
@@ -196,10 +215,30 @@ impl Supervisor {
 
     /// Stores the config text (YAML) the first time, for `pipeline show` / `keys`.
     pub fn remember_config(&self, yaml: &str) -> Result<()> {
-        if state::get_text(&self.db, &self.sql, "config")?.is_none() {
-            state::set(&self.db, &self.sql, "config", yaml)?;
+        let core = lock(&self.core);
+        if state::get_text(&core.db, &core.sql, "config")?.is_none() {
+            state::set(&core.db, &core.sql, "config", yaml)?;
         }
         Ok(())
+    }
+
+    /// Runs `step` on the state db (and the trigger and strategy) on tokio's
+    /// blocking pool.
+    ///
+    /// # Cancel safety
+    /// Dropping the future lets the step run to its commit or rollback.
+    async fn step<T: Send + 'static>(
+        &self,
+        step: impl FnOnce(&mut Core) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let core = Arc::clone(&self.core);
+        runtime::blocking(move || step(&mut lock(&core)))
+            .await
+            .map_err(|e| Error::Pipeline {
+                pipeline: self.config.name.clone(),
+                reason: format!("state db step: {e}"),
+                source: None,
+            })?
     }
 
     /// Replay: finishes pending triggers, ingests what storage holds, informs
@@ -257,18 +296,22 @@ impl Supervisor {
     pub async fn discover(&mut self) -> Result<usize> {
         let data = self.config.data.clone();
         let files = storage::list(&self.session, &data).await?;
-        let seen: HashSet<String> = {
-            let mut stmt = self
-                .db
-                .prepare("SELECT path FROM pl_files")
-                .map_err(|e| self.sql.err(e))?;
-            let rows = stmt
-                .query_map([], |r| r.get::<_, String>(0))
-                .map_err(|e| self.sql.err(e))?;
-            rows.collect::<std::result::Result<_, _>>()
-                .map_err(|e| self.sql.err(e))?
-        };
-        let watermark = state::get_i64(&self.db, &self.sql, "watermark", i64::MIN)?;
+        let (seen, watermark) = self
+            .step(|c| {
+                let seen: HashSet<String> = {
+                    let mut stmt =
+                        c.db.prepare("SELECT path FROM pl_files")
+                            .map_err(|e| c.sql.err(e))?;
+                    let rows = stmt
+                        .query_map([], |r| r.get::<_, String>(0))
+                        .map_err(|e| c.sql.err(e))?;
+                    rows.collect::<std::result::Result<_, _>>()
+                        .map_err(|e| c.sql.err(e))?
+                };
+                let watermark = state::get_i64(&c.db, &c.sql, "watermark", i64::MIN)?;
+                Ok((seen, watermark))
+            })
+            .await?;
         let mut new = Vec::new();
         for f in files {
             if seen.contains(&f.path) {
@@ -282,67 +325,7 @@ impl Supervisor {
             return Ok(0);
         }
         let read = storage::read_all(&self.session, &data, &new, self.features.clone()).await?;
-        let mut samples: Vec<Ingested<'_>> = Vec::new();
-        for (f, rows) in new.iter().zip(&read) {
-            for r in rows {
-                samples.push((
-                    r.timestamp,
-                    f.path.as_str(),
-                    r.index,
-                    r.label,
-                    r.feature.as_deref(),
-                ));
-            }
-        }
-        samples.sort_by(|a, b| (a.0, a.1, a.2).cmp(&(b.0, b.1, b.2)));
-        let sql = self.sql.clone();
-        let e = |x| sql.err(x);
-        let tx = self
-            .db
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(e)?;
-        let mut next_key = state::get_i64(&tx, &sql, "next_key", 0)?;
-        let mut top = watermark;
-        {
-            let mut put_file = tx
-                .prepare(
-                    "INSERT INTO pl_files (path, source, size, etag, version, last_modified,
-                     timestamp, samples) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                )
-                .map_err(e)?;
-            for (f, rows) in new.iter().zip(&read) {
-                let ts = storage::file_timestamp(f)?;
-                top = top.max(ts);
-                put_file
-                    .execute(params![
-                        f.path,
-                        f.source,
-                        f.size as i64,
-                        f.etag,
-                        f.version,
-                        f.last_modified,
-                        ts,
-                        rows.len() as i64
-                    ])
-                    .map_err(e)?;
-            }
-            let mut put = tx
-                .prepare(
-                    "INSERT INTO pl_samples (key, path, idx, timestamp, label, features)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                )
-                .map_err(e)?;
-            for (ts, path, idx, label, feature) in &samples {
-                let blob = feature.map(state::encode_features);
-                put.execute(params![next_key, path, *idx as i64, ts, label, blob])
-                    .map_err(e)?;
-                next_key += 1;
-            }
-        }
-        state::set(&tx, &sql, "next_key", next_key)?;
-        state::set(&tx, &sql, "watermark", top)?;
-        tx.commit().map_err(e)?;
-        Ok(samples.len())
+        self.step(move |c| ingest(c, &new, &read, watermark)).await
     }
 
     /// Informs the samples after the cursor in batches, finishing the triggers
@@ -358,96 +341,14 @@ impl Supervisor {
             if reached(done, max_triggers) || stop.is_stopped() {
                 return Ok(());
             }
-            let fired = self.next_batch(range)?;
+            let batch_size = self.config.data.selector_batch_size;
+            let fired = self.step(move |c| next_batch(c, batch_size, range)).await?;
             match fired {
                 None => return Ok(()),
                 Some(0) => {}
                 Some(_) => self.finish_pending(done, max_triggers, stop).await?,
             }
         }
-    }
-
-    /// One batch in one transaction; `None` when there is nothing left to inform.
-    fn next_batch(&mut self, range: Range) -> Result<Option<usize>> {
-        let sql = self.sql.clone();
-        let e = |x| sql.err(x);
-        let batch_size = self.config.data.selector_batch_size;
-        let tx = self
-            .db
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(e)?;
-        let cursor = state::get_i64(&tx, &sql, "cursor", -1)?;
-        let rows: Vec<(i64, i64, i64, Option<Vec<u8>>)> = {
-            let mut stmt = tx
-                .prepare(
-                    "SELECT key, timestamp, label, features FROM pl_samples WHERE key > ?1
-                     ORDER BY key LIMIT ?2",
-                )
-                .map_err(e)?;
-            let rows = stmt
-                .query_map(params![cursor, batch_size as i64], |r| {
-                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
-                })
-                .map_err(e)?;
-            rows.collect::<std::result::Result<_, _>>().map_err(e)?
-        };
-        let mut batch = Vec::with_capacity(rows.len());
-        let mut last_key = cursor;
-        for (key, timestamp, label, features) in rows {
-            if range.to.is_some_and(|to| timestamp > to) {
-                break;
-            }
-            last_key = key;
-            if range.from.is_some_and(|from| timestamp < from) {
-                continue;
-            }
-            batch.push(Sample {
-                key: key as u64,
-                timestamp,
-                label,
-                features: features.map(|b| state::decode_features(&b)),
-            });
-        }
-        if last_key == cursor {
-            return Ok(None);
-        }
-        let mut fired = 0;
-        if !batch.is_empty() {
-            let cuts = self.trigger.inform(&tx, &batch)?;
-            let mut next_id = state::get_i64(&tx, &sql, "next_trigger", 0)? as u64;
-            let mut last_ts = state::get_i64(&tx, &sql, "last_ts", i64::MIN)?;
-            let mut prev = 0;
-            for c in cuts {
-                let c = c.min(batch.len());
-                if c > prev {
-                    self.strategy.inform(&tx, &batch[prev..c])?;
-                    last_ts = batch[c - 1].timestamp;
-                    prev = c;
-                }
-                let info = self.strategy.trigger(&tx, next_id)?;
-                let sizes = serde_json::to_string(&info.partition_sizes)
-                    .map_err(|x| Error::internal(x.to_string()))?;
-                tx.execute(
-                    "INSERT INTO pl_triggers (trigger_id, at, num_keys, partition_sizes, status)
-                     VALUES (?1, ?2, ?3, ?4, 'pending')",
-                    params![next_id as i64, last_ts, info.num_keys as i64, sizes],
-                )
-                .map_err(e)?;
-                next_id += 1;
-                fired += 1;
-            }
-            if prev < batch.len() {
-                self.strategy.inform(&tx, &batch[prev..])?;
-            }
-            if let Some(s) = batch.last() {
-                last_ts = s.timestamp;
-            }
-            state::set(&tx, &sql, "next_trigger", next_id as i64)?;
-            state::set(&tx, &sql, "last_ts", last_ts)?;
-        }
-        state::set(&tx, &sql, "cursor", last_key)?;
-        tx.commit().map_err(e)?;
-        Ok(Some(fired))
     }
 
     /// Saves, trains and records the pending triggers in id order.
@@ -457,7 +358,10 @@ impl Supervisor {
         max_triggers: Option<u64>,
         stop: &StopHandle,
     ) -> Result<()> {
-        for mut t in state::triggers(&self.db, &self.sql, Some("pending"))? {
+        let pending = self
+            .step(|c| state::triggers(&c.db, &c.sql, Some("pending")))
+            .await?;
+        for mut t in pending {
             if reached(done, max_triggers) || stop.is_stopped() {
                 return Ok(());
             }
@@ -472,24 +376,31 @@ impl Supervisor {
                     .await
                     .map_err(|x| Error::internal(format!("training hook task: {x}")))?;
                 if let Err(err) = result {
-                    self.db
-                        .execute(
+                    let (id, msg, dataset) =
+                        (t.trigger_id as i64, err.to_string(), t.dataset.clone());
+                    self.step(move |c| {
+                        c.db.execute(
                             "UPDATE pl_triggers SET hook = ?2, dataset = ?3 WHERE trigger_id = ?1",
-                            params![t.trigger_id as i64, err.to_string(), t.dataset],
+                            params![id, msg, dataset],
                         )
-                        .map_err(|x| self.sql.err(x))?;
+                        .map_err(|x| c.sql.err(x))
+                    })
+                    .await?;
                     return Err(err);
                 }
                 "done"
             };
             t.status = status.to_string();
-            self.db
-                .execute(
+            let (id, dataset) = (t.trigger_id as i64, t.dataset.clone());
+            self.step(move |c| {
+                c.db.execute(
                     "UPDATE pl_triggers SET status = ?2, dataset = ?3, hook = 'ok',
                      finished = strftime('%s','now') WHERE trigger_id = ?1",
-                    params![t.trigger_id as i64, status, t.dataset],
+                    params![id, status, dataset],
                 )
-                .map_err(|x| self.sql.err(x))?;
+                .map_err(|x| c.sql.err(x))
+            })
+            .await?;
             if let Some(cb) = &self.on_completed {
                 cb(&t);
             }
@@ -506,14 +417,10 @@ impl Supervisor {
             catalog.remove_async(name, None).await?;
         }
         let with_file = matches!(self.config.data.format, Format::SingleSample(_));
-        let rows = set_rows(
-            &self.db,
-            &self.sql,
-            self.strategy.as_ref(),
-            t.trigger_id,
-            t.num_partitions,
-            with_file,
-        )?;
+        let (id, n) = (t.trigger_id, t.num_partitions);
+        let rows = self
+            .step(move |c| set_rows(&c.db, &c.sql, c.strategy.as_ref(), id, n, with_file))
+            .await?;
         let chain = if with_file {
             Chain::from_values_in(Arc::clone(&self.session), &rows)
         } else {
@@ -523,6 +430,157 @@ impl Supervisor {
         chain.progress(false).save(name).await?;
         Ok(())
     }
+}
+
+/// Adds the new files and their samples (keys in (timestamp, path, index)
+/// order) and raises the watermark, in one transaction.
+fn ingest(
+    c: &mut Core,
+    new: &[File],
+    read: &[Vec<storage::RawSample>],
+    watermark: i64,
+) -> Result<usize> {
+    let mut samples: Vec<Ingested<'_>> = Vec::new();
+    for (f, rows) in new.iter().zip(read) {
+        for r in rows {
+            samples.push((
+                r.timestamp,
+                f.path.as_str(),
+                r.index,
+                r.label,
+                r.feature.as_deref(),
+            ));
+        }
+    }
+    samples.sort_by(|a, b| (a.0, a.1, a.2).cmp(&(b.0, b.1, b.2)));
+    let sql = c.sql.clone();
+    let e = |x| sql.err(x);
+    let tx =
+        c.db.transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(e)?;
+    let mut next_key = state::get_i64(&tx, &sql, "next_key", 0)?;
+    let mut top = watermark;
+    {
+        let mut put_file = tx
+            .prepare(
+                "INSERT INTO pl_files (path, source, size, etag, version, last_modified,
+                 timestamp, samples) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )
+            .map_err(e)?;
+        for (f, rows) in new.iter().zip(read) {
+            let ts = storage::file_timestamp(f)?;
+            top = top.max(ts);
+            put_file
+                .execute(params![
+                    f.path,
+                    f.source,
+                    f.size as i64,
+                    f.etag,
+                    f.version,
+                    f.last_modified,
+                    ts,
+                    rows.len() as i64
+                ])
+                .map_err(e)?;
+        }
+        let mut put = tx
+            .prepare(
+                "INSERT INTO pl_samples (key, path, idx, timestamp, label, features)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )
+            .map_err(e)?;
+        for (ts, path, idx, label, feature) in &samples {
+            let blob = feature.map(state::encode_features);
+            put.execute(params![next_key, path, *idx as i64, ts, label, blob])
+                .map_err(e)?;
+            next_key += 1;
+        }
+    }
+    state::set(&tx, &sql, "next_key", next_key)?;
+    state::set(&tx, &sql, "watermark", top)?;
+    tx.commit().map_err(e)?;
+    Ok(samples.len())
+}
+
+/// One batch in one transaction; `None` when there is nothing left to inform.
+fn next_batch(c: &mut Core, batch_size: usize, range: Range) -> Result<Option<usize>> {
+    let sql = c.sql.clone();
+    let e = |x| sql.err(x);
+    let tx =
+        c.db.transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(e)?;
+    let cursor = state::get_i64(&tx, &sql, "cursor", -1)?;
+    let rows: Vec<(i64, i64, i64, Option<Vec<u8>>)> = {
+        let mut stmt = tx
+            .prepare(
+                "SELECT key, timestamp, label, features FROM pl_samples WHERE key > ?1
+                 ORDER BY key LIMIT ?2",
+            )
+            .map_err(e)?;
+        let rows = stmt
+            .query_map(params![cursor, batch_size as i64], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            })
+            .map_err(e)?;
+        rows.collect::<std::result::Result<_, _>>().map_err(e)?
+    };
+    let mut batch = Vec::with_capacity(rows.len());
+    let mut last_key = cursor;
+    for (key, timestamp, label, features) in rows {
+        if range.to.is_some_and(|to| timestamp > to) {
+            break;
+        }
+        last_key = key;
+        if range.from.is_some_and(|from| timestamp < from) {
+            continue;
+        }
+        batch.push(Sample {
+            key: key as u64,
+            timestamp,
+            label,
+            features: features.map(|b| state::decode_features(&b)),
+        });
+    }
+    if last_key == cursor {
+        return Ok(None);
+    }
+    let mut fired = 0;
+    if !batch.is_empty() {
+        let cuts = c.trigger.inform(&tx, &batch)?;
+        let mut next_id = state::get_i64(&tx, &sql, "next_trigger", 0)? as u64;
+        let mut last_ts = state::get_i64(&tx, &sql, "last_ts", i64::MIN)?;
+        let mut prev = 0;
+        for cut in cuts {
+            let cut = cut.min(batch.len());
+            if cut > prev {
+                c.strategy.inform(&tx, &batch[prev..cut])?;
+                last_ts = batch[cut - 1].timestamp;
+                prev = cut;
+            }
+            let info = c.strategy.trigger(&tx, next_id)?;
+            let sizes = serde_json::to_string(&info.partition_sizes)
+                .map_err(|x| Error::internal(x.to_string()))?;
+            tx.execute(
+                "INSERT INTO pl_triggers (trigger_id, at, num_keys, partition_sizes, status)
+                 VALUES (?1, ?2, ?3, ?4, 'pending')",
+                params![next_id as i64, last_ts, info.num_keys as i64, sizes],
+            )
+            .map_err(e)?;
+            next_id += 1;
+            fired += 1;
+        }
+        if prev < batch.len() {
+            c.strategy.inform(&tx, &batch[prev..])?;
+        }
+        if let Some(s) = batch.last() {
+            last_ts = s.timestamp;
+        }
+        state::set(&tx, &sql, "next_trigger", next_id as i64)?;
+        state::set(&tx, &sql, "last_ts", last_ts)?;
+    }
+    state::set(&tx, &sql, "cursor", last_key)?;
+    tx.commit().map_err(e)?;
+    Ok(Some(fired))
 }
 
 /// True once `max` triggers are finished.

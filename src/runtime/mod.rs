@@ -1,9 +1,12 @@
 //! The UDF pool: a tokio runtime of its own where UDF calls run, so CPU-heavy
-//! UDF code never blocks the runtime that drives I/O and DataFusion.
+//! UDF code never blocks the runtime that drives I/O and DataFusion; and
+//! [`blocking`], the one way blocking work (SQLite, file system calls) leaves
+//! the async workers.
 //!
 //! Guarantees: a [`PoolTask`] aborts its task when dropped (no detached work
 //! survives a dropped query); a panic in a task is returned as an error value,
-//! not propagated into the caller's thread.
+//! not propagated into the caller's thread. [`blocking`] runs its closure on
+//! tokio's blocking pool and resumes a panic in it in the caller.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -80,5 +83,21 @@ impl<T> Future for PoolTask<T> {
 impl<T> Drop for PoolTask<T> {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+/// Runs blocking work (SQLite, file system calls) on tokio's blocking pool, so
+/// it never stalls an async worker; a panic in it resumes here. `Err` only
+/// when the runtime shuts down before the work ran (its message says so).
+///
+/// # Cancel safety
+/// Dropping the future does not stop the work once started.
+pub async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, String> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => Ok(r),
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => Err(format!("blocking task cancelled: {e}")),
     }
 }

@@ -9,13 +9,17 @@
 //!   (`ordered = true`); opens a read-ahead stream (see `readahead.rs`);
 //! - `get_schema(cmd)`: the schema the request's partitions have;
 //! - `do_get(ticket)`: one partition, as Arrow IPC messages of at most
-//!   [`FLIGHT_DATA_SIZE`] bytes (larger batches are split, no per-row work);
+//!   [`FLIGHT_DATA_SIZE`] bytes (larger batches are split, no per-row work),
+//!   only for a ticket this server process issued, unchanged (`ticket.rs`);
 //! - `do_action("stats")`: the read-ahead's [`super::ReadAheadStats`] as JSON.
 //!
 //! Errors reach the client as Flight statuses whose message says what to fix:
-//! a bad request or ticket is `InvalidArgument`, an unknown dataset or version
-//! `NotFound`, a full memory pool `ResourceExhausted`, storage and other
-//! failures `Internal` (credentials never appear: the messages are redacted).
+//! a bad request or an altered ticket is `InvalidArgument`, a ticket of another
+//! server process `FailedPrecondition`, an unknown dataset or version
+//! `NotFound`, a full memory pool, a partition over the server's
+//! `--memory-limit` or a stream over a stream cap `ResourceExhausted` (naming
+//! the limit and its flag), storage and other failures `Internal`
+//! (credentials never appear: the messages are redacted).
 
 use std::collections::BTreeMap;
 use std::pin::Pin;
@@ -35,7 +39,8 @@ use futures::stream::{BoxStream, Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
 use super::readahead::{Held, ReadAhead, Serving};
-use super::request::{FlightRequest, FlightTicket, RequestError};
+use super::request::{FlightRequest, RequestError};
+use super::ticket::{TicketError, TicketKey};
 use crate::chain::Chain;
 use crate::dataset::Catalog;
 use crate::error::Error;
@@ -54,6 +59,7 @@ pub const STATS_ACTION: &str = "stats";
 pub struct LoaderFlightService {
     session: Arc<Session>,
     catalog: Catalog,
+    tickets: TicketKey,
     readahead: Arc<ReadAhead>,
     prefetch_partitions: usize,
 }
@@ -62,12 +68,14 @@ impl LoaderFlightService {
     pub(crate) fn new(
         session: Arc<Session>,
         catalog: Catalog,
+        tickets: TicketKey,
         readahead: Arc<ReadAhead>,
         prefetch_partitions: usize,
     ) -> Self {
         Self {
             session,
             catalog,
+            tickets,
             readahead,
             prefetch_partitions,
         }
@@ -123,6 +131,13 @@ pub fn status(e: Error) -> Status {
 
 fn bad_request(e: RequestError) -> Status {
     Status::invalid_argument(format!("invalid request: {e}"))
+}
+
+fn bad_ticket(e: TicketError) -> Status {
+    match e {
+        TicketError::OtherServer { .. } => Status::failed_precondition(e.to_string()),
+        _ => Status::invalid_argument(e.to_string()),
+    }
 }
 
 fn command(desc: &FlightDescriptor) -> Result<FlightRequest, Status> {
@@ -213,6 +228,7 @@ impl FlightService for LoaderFlightService {
         &self,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
+        let client = request.remote_addr().map(|a| a.ip());
         let desc = request.into_inner();
         let (req, loader, plan) = self.plan(command(&desc)?).await.map_err(status)?;
         let rows: usize = plan.partitions.iter().map(|p| p.rows).sum();
@@ -224,15 +240,13 @@ impl FlightService for LoaderFlightService {
             .with_ordered(true);
         let n = plan.partitions.len();
         let (k, p) = self.read_ahead(&req);
-        let stream = self.readahead.open(loader, plan, k, p);
+        let stream = self
+            .readahead
+            .open(client, loader, plan, k, p)
+            .map_err(status)?;
         for index in 0..n {
-            let ticket = FlightTicket {
-                request: req.clone(),
-                stream,
-                index,
-            };
-            info =
-                info.with_endpoint(FlightEndpoint::new().with_ticket(Ticket::new(ticket.encode())));
+            let ticket = Ticket::new(self.tickets.issue(&req, stream, index));
+            info = info.with_endpoint(FlightEndpoint::new().with_ticket(ticket));
         }
         Ok(Response::new(info))
     }
@@ -264,7 +278,11 @@ impl FlightService for LoaderFlightService {
         &self,
         request: Request<Ticket>,
     ) -> Result<Response<Self::DoGetStream>, Status> {
-        let ticket = FlightTicket::parse(&request.get_ref().ticket).map_err(bad_request)?;
+        let client = request.remote_addr().map(|a| a.ip());
+        let ticket = self
+            .tickets
+            .check(&request.get_ref().ticket)
+            .map_err(bad_ticket)?;
         let reopen = || async {
             let (req, loader, plan) = self.plan(ticket.request.clone()).await?;
             let (k, p) = self.read_ahead(&req);
@@ -272,7 +290,7 @@ impl FlightService for LoaderFlightService {
         };
         let (held, serving, plan) = self
             .readahead
-            .take(ticket.stream, ticket.index, reopen)
+            .take(ticket.stream, ticket.index, client, reopen)
             .await
             .map_err(status)?;
         let batches: Vec<RecordBatch> = held.data.batches.clone();

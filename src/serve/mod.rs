@@ -1,7 +1,7 @@
 //! `udfchain serve`: datasets served to training loops over Arrow Flight, one
 //! endpoint per loader partition, with the next partitions each client will ask
 //! for fetched ahead (see `flight.rs` for the service, `request.rs` for the JSON
-//! request and tickets, `readahead.rs` for the per-client read-ahead).
+//! request, `ticket.rs` for tickets, `readahead.rs` for the per-client read-ahead).
 //!
 //! Guarantees: [`FlightServer::bind`] listens before it returns (port 0 gets a
 //! free port, [`BoundServer::local_addr`] names it); [`BoundServer::run_until`]
@@ -9,19 +9,26 @@
 //! partitions being sent finish for at most the shutdown grace, closes every
 //! read-ahead stream and returns. [`BoundServer::run`] is `run_until` SIGINT or
 //! SIGTERM. Idle read-ahead streams are closed after the TTL by a sweeper that
-//! ends with the server. Memory of partitions held is charged to the session's
-//! memory pool (`--set memory_limit=...` bounds it).
+//! ends with the server. The bytes of partitions held for all clients stay
+//! within [`FlightServer::memory_limit`] and open streams within the stream
+//! caps ([`ServeLimits`], see `readahead.rs`); that memory is also charged to
+//! the session's memory pool (`--set memory_limit=...` bounds it).
 
 mod flight;
 mod readahead;
 mod request;
+mod ticket;
 
 pub use flight::{FLIGHT_DATA_SIZE, LoaderFlightService, STATS_ACTION, status};
-pub use readahead::{ReadAhead, ReadAheadStats};
+pub use readahead::{
+    DEFAULT_MAX_STREAMS, DEFAULT_MAX_STREAMS_PER_CLIENT, DEFAULT_MEMORY_LIMIT, READ_AHEAD_SHARE,
+    ReadAhead, ReadAheadStats, ServeLimits,
+};
 pub use request::{
-    DEFAULT_PARTITION_ROWS, FlightRequest, FlightTicket, MAX_CONSUMERS, MAX_PARALLEL_REQUESTS,
+    DEFAULT_PARTITION_ROWS, FlightRequest, MAX_CONSUMERS, MAX_PARALLEL_REQUESTS,
     MAX_PARTITION_ROWS, MAX_PREFETCH_PARTITIONS, RequestError,
 };
+pub use ticket::{FlightTicket, TicketError};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -34,6 +41,7 @@ use tonic::transport::server::TcpIncoming;
 use crate::dataset::Catalog;
 use crate::error::{Error, Result};
 use crate::session::Session;
+use ticket::TicketKey;
 
 /// Partitions read ahead of each client unless its request says otherwise.
 pub const DEFAULT_PREFETCH_PARTITIONS: usize = 2;
@@ -50,6 +58,7 @@ pub struct FlightServer {
     prefetch_partitions: usize,
     readahead_ttl: Duration,
     shutdown_grace: Duration,
+    limits: ServeLimits,
 }
 
 impl FlightServer {
@@ -60,7 +69,28 @@ impl FlightServer {
             prefetch_partitions: DEFAULT_PREFETCH_PARTITIONS,
             readahead_ttl: DEFAULT_READAHEAD_TTL,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+            limits: ServeLimits::default(),
         }
+    }
+
+    /// Bytes of partitions held for all clients, read ahead or being sent
+    /// (default [`DEFAULT_MEMORY_LIMIT`]); read-ahead holds at most
+    /// [`READ_AHEAD_SHARE`] of it.
+    pub fn memory_limit(mut self, bytes: usize) -> Self {
+        self.limits.memory_limit = bytes;
+        self
+    }
+
+    /// Open streams per server (default [`DEFAULT_MAX_STREAMS`]).
+    pub fn max_streams(mut self, n: usize) -> Self {
+        self.limits.max_streams = n;
+        self
+    }
+
+    /// Open streams per client IP address (default [`DEFAULT_MAX_STREAMS_PER_CLIENT`]).
+    pub fn max_streams_per_client(mut self, n: usize) -> Self {
+        self.limits.max_streams_per_client = n;
+        self
     }
 
     /// Partitions read ahead of a client whose request has no `prefetch_partitions`.
@@ -105,17 +135,35 @@ impl FlightServer {
                 reason: format!("must be in 0..={MAX_PREFETCH_PARTITIONS}"),
             });
         }
+        for (name, value) in [
+            ("--memory-limit", self.limits.memory_limit),
+            ("--max-streams", self.limits.max_streams),
+            (
+                "--max-streams-per-client",
+                self.limits.max_streams_per_client,
+            ),
+        ] {
+            if value == 0 {
+                return Err(Error::Setting {
+                    name: name.into(),
+                    value: "0".into(),
+                    reason: "must be at least 1".into(),
+                });
+            }
+        }
         let listener = TcpListener::bind(addr).await.map_err(|e| Error::Io {
             path: format!("listen address {addr}"),
             source: Arc::new(e),
         })?;
         let local_addr = listener.local_addr().map_err(|e| Error::io(addr, e))?;
         let catalog = Catalog::open_async(self.session.settings().get_root()).await?;
+        let tickets = TicketKey::random().map_err(|e| Error::io("the OS's random source", e))?;
         Ok(BoundServer {
             server: self,
             listener,
             local_addr,
             catalog,
+            tickets,
         })
     }
 }
@@ -127,6 +175,7 @@ pub struct BoundServer {
     listener: TcpListener,
     local_addr: SocketAddr,
     catalog: Catalog,
+    tickets: TicketKey,
 }
 
 impl BoundServer {
@@ -153,8 +202,9 @@ impl BoundServer {
             listener,
             local_addr,
             catalog,
+            tickets,
         } = self;
-        let readahead = ReadAhead::new(server.readahead_ttl);
+        let readahead = ReadAhead::new(server.readahead_ttl, server.limits);
         let sweeper = {
             let readahead = Arc::clone(&readahead);
             let every = (server.readahead_ttl / 4).max(Duration::from_millis(50));
@@ -168,6 +218,7 @@ impl BoundServer {
         let service = LoaderFlightService::new(
             Arc::clone(&server.session),
             catalog,
+            tickets,
             Arc::clone(&readahead),
             server.prefetch_partitions,
         );

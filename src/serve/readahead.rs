@@ -18,12 +18,24 @@
 //! - a stream is closed — its fetches aborted, its partitions dropped — when
 //!   its last partition has been asked for, when a client drops a `do_get` mid
 //!   partition (a disconnect or a kill), or when it has been idle (no `do_get`
-//!   running or started) for the TTL; a ticket of a closed stream still works:
+//!   running or started) for the TTL; a ticket of a closed stream still works
+//!   in the server process that issued it (stream ids are never reused there):
 //!   the stream is opened again from the ticket (the plan is deterministic), the
 //!   partition is fetched on demand and the read-ahead resumes from there;
-//! - fetch tasks never outlive their stream: they abort when dropped.
+//! - fetch tasks never outlive their stream: they abort when dropped;
+//! - bounded ([`ServeLimits`]): the bytes held for all clients never exceed
+//!   `memory_limit`. A partition fetched ahead is kept only while the held
+//!   bytes stay within [`READ_AHEAD_SHARE`] of it (else it is dropped and
+//!   fetched again when asked for, and no more read-ahead starts while the
+//!   share is full), so read-ahead alone never leaves asked-for partitions
+//!   without room; a partition asked for that does not fit is refused with
+//!   RESOURCE_EXHAUSTED naming the limit. Open streams are capped per server
+//!   and per client IP address (`max_streams`, `max_streams_per_client`); a
+//!   stream over a cap is refused the same way. Every refusal says which
+//!   limit and the `udfchain serve` flag that raises it.
 
 use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -33,6 +45,52 @@ use tokio::task::JoinHandle;
 
 use crate::error::{Error, Result};
 use crate::loader::{EpochPlan, Loader, PartitionData};
+
+/// Bytes of partitions held for all clients, unless the server says otherwise.
+pub const DEFAULT_MEMORY_LIMIT: usize = 1 << 30;
+/// Open streams per server, unless the server says otherwise.
+pub const DEFAULT_MAX_STREAMS: usize = 256;
+/// Open streams per client IP address, unless the server says otherwise.
+pub const DEFAULT_MAX_STREAMS_PER_CLIENT: usize = 32;
+/// The share of `memory_limit` partitions fetched ahead may hold (the rest is
+/// kept for partitions asked for): three quarters.
+pub const READ_AHEAD_SHARE: (usize, usize) = (3, 4);
+
+/// What one server holds at most.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServeLimits {
+    /// Bytes of partitions held (fetched ahead or being sent), all clients.
+    pub memory_limit: usize,
+    /// Open streams (one per `get_flight_info` still being read).
+    pub max_streams: usize,
+    /// Open streams of one client IP address.
+    pub max_streams_per_client: usize,
+}
+
+impl Default for ServeLimits {
+    fn default() -> Self {
+        Self {
+            memory_limit: DEFAULT_MEMORY_LIMIT,
+            max_streams: DEFAULT_MAX_STREAMS,
+            max_streams_per_client: DEFAULT_MAX_STREAMS_PER_CLIENT,
+        }
+    }
+}
+
+impl ServeLimits {
+    /// The bytes partitions fetched ahead may hold.
+    fn read_ahead_bytes(&self) -> usize {
+        let (num, den) = READ_AHEAD_SHARE;
+        self.memory_limit / den * num
+    }
+}
+
+/// A refusal over a limit: RESOURCE_EXHAUSTED for the client.
+fn exhausted(msg: String) -> Error {
+    Error::DataFusion(Arc::new(
+        datafusion::error::DataFusionError::ResourcesExhausted(msg),
+    ))
+}
 
 /// A fetched partition the server holds; counted in the buffered bytes until
 /// dropped (its memory pool reservation goes with it).
@@ -52,8 +110,9 @@ impl Drop for Held {
     }
 }
 
-/// A fetch task that is aborted when dropped.
-struct Slot(JoinHandle<Result<Held>>);
+/// A fetch task that is aborted when dropped; `None` when a partition fetched
+/// ahead did not fit in the read-ahead's share of the memory limit.
+struct Slot(JoinHandle<Result<Option<Held>>>);
 
 impl Drop for Slot {
     fn drop(&mut self) {
@@ -70,6 +129,19 @@ struct Counters {
     misses: AtomicU64,
     streams_closed_on_disconnect: AtomicU64,
     streams_expired: AtomicU64,
+    over_memory_limit: AtomicU64,
+    refused_streams: AtomicU64,
+}
+
+impl Counters {
+    /// Counts `bytes` as held if the held bytes stay within `limit`.
+    fn charge(&self, bytes: usize, limit: usize) -> bool {
+        self.buffered_bytes
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |held| {
+                held.checked_add(bytes).filter(|&n| n <= limit)
+            })
+            .is_ok()
+    }
 }
 
 /// What the read-ahead holds now (the `stats` action's body).
@@ -93,9 +165,17 @@ pub struct ReadAheadStats {
     pub streams_closed_on_disconnect: u64,
     /// Streams closed after the idle TTL.
     pub streams_expired: u64,
+    /// The server's `memory_limit`: `buffered_bytes` never exceeds it.
+    pub memory_limit: usize,
+    /// Partitions fetched ahead and dropped, or asked for and refused,
+    /// because they did not fit in the memory limit.
+    pub over_memory_limit: u64,
+    /// `get_flight_info` calls refused by a stream cap.
+    pub refused_streams: u64,
 }
 
 struct ClientStream {
+    client: Option<IpAddr>,
     loader: Loader,
     plan: Arc<EpochPlan>,
     k: usize,
@@ -123,6 +203,7 @@ pub struct ReadAhead {
     next_id: AtomicU64,
     counters: Arc<Counters>,
     ttl: Duration,
+    limits: ServeLimits,
 }
 
 /// Marks one running `do_get`; when dropped before [`Serving::finish`], the
@@ -157,37 +238,86 @@ impl Drop for Serving {
 }
 
 impl ReadAhead {
-    /// Streams idle for `ttl` are closed by [`ReadAhead::expire`].
-    pub fn new(ttl: Duration) -> Arc<Self> {
+    /// Streams idle for `ttl` are closed by [`ReadAhead::expire`]; what is
+    /// held stays within `limits`.
+    pub fn new(ttl: Duration, limits: ServeLimits) -> Arc<Self> {
         Arc::new(Self {
             streams: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             counters: Arc::new(Counters::default()),
             ttl,
+            limits,
         })
     }
 
-    /// Opens a stream for `plan` and starts its first `k` partitions; returns
-    /// its id.
-    pub fn open(self: &Arc<Self>, loader: Loader, plan: EpochPlan, k: usize, p: usize) -> u64 {
+    /// Opens a stream for `plan` of `client` and starts its first `k`
+    /// partitions; returns its id. Refused (RESOURCE_EXHAUSTED) over a stream cap.
+    pub fn open(
+        self: &Arc<Self>,
+        client: Option<IpAddr>,
+        loader: Loader,
+        plan: EpochPlan,
+        k: usize,
+        p: usize,
+    ) -> Result<u64> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let stream = self.insert(id, loader, plan, k, p, 0);
+        let stream = self.insert(id, client, loader, plan, k, p, 0)?;
         self.start(&stream, 0, k);
-        id
+        Ok(id)
     }
 
-    /// Registers stream `id` (or returns the one a concurrent call registered);
-    /// partitions below `read_from` count as read already.
+    /// Refuses a new stream of `client` when the server or the client is at
+    /// its cap.
+    fn admit(
+        &self,
+        streams: &HashMap<u64, Arc<ClientStream>>,
+        client: Option<IpAddr>,
+    ) -> Result<()> {
+        let l = &self.limits;
+        let refuse = |msg: String| {
+            self.counters
+                .refused_streams
+                .fetch_add(1, Ordering::Relaxed);
+            Err(exhausted(msg))
+        };
+        if streams.len() >= l.max_streams {
+            return refuse(format!(
+                "the server has {} open streams, its limit (udfchain serve --max-streams {}): \
+                 read streams to their end or drop them (idle ones close after \
+                 --readahead-ttl), or raise --max-streams",
+                streams.len(),
+                l.max_streams
+            ));
+        }
+        if let Some(ip) = client {
+            let own = streams.values().filter(|s| s.client == Some(ip)).count();
+            if own >= l.max_streams_per_client {
+                return refuse(format!(
+                    "client {ip} has {own} open streams, the per-client limit (udfchain serve \
+                     --max-streams-per-client {}): read its streams to their end or drop \
+                     them, or raise --max-streams-per-client",
+                    l.max_streams_per_client
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Registers stream `id` of `client` (or returns the one a concurrent call
+    /// registered); partitions below `read_from` count as read already.
+    #[allow(clippy::too_many_arguments)]
     fn insert(
         &self,
         id: u64,
+        client: Option<IpAddr>,
         loader: Loader,
         plan: EpochPlan,
         k: usize,
         p: usize,
         read_from: usize,
-    ) -> Arc<ClientStream> {
+    ) -> Result<Arc<ClientStream>> {
         let stream = Arc::new(ClientStream {
+            client,
             loader,
             plan: Arc::new(plan),
             k,
@@ -200,46 +330,79 @@ impl ReadAhead {
             }),
         });
         let mut streams = lock(&self.streams);
-        Arc::clone(streams.entry(id).or_insert(stream))
+        if let Some(s) = streams.get(&id) {
+            return Ok(Arc::clone(s));
+        }
+        self.admit(&streams, client)?;
+        streams.insert(id, Arc::clone(&stream));
+        Ok(stream)
     }
 
-    /// Starts partitions `from..from + n` of `stream` not started yet.
+    /// Starts partitions `from..from + n` of `stream` not started yet, while
+    /// the read-ahead's share of the memory limit is not full (the rest start
+    /// at a later `do_get`, or are fetched when asked for).
     fn start(&self, stream: &Arc<ClientStream>, from: usize, n: usize) {
         let total = stream.plan.partitions.len();
         let mut st = lock(&stream.state);
         let lo = from.max(st.started_below);
         let hi = from.saturating_add(n).min(total);
         for index in lo..hi {
-            let slot = self.spawn_fetch(stream, index);
+            if self.counters.buffered_bytes.load(Ordering::SeqCst) >= self.limits.read_ahead_bytes()
+            {
+                return;
+            }
+            let slot = self.spawn_fetch(stream, index, false);
             st.slots.insert(index, slot);
+            st.started_below = st.started_below.max(index + 1);
         }
-        st.started_below = st.started_below.max(hi);
     }
 
-    fn spawn_fetch(&self, stream: &Arc<ClientStream>, index: usize) -> Slot {
+    /// Fetches partition `index` of `stream`: ahead of its `do_get` (kept only
+    /// within the read-ahead's share of the memory limit) or asked for (kept
+    /// within the limit, else refused).
+    fn spawn_fetch(&self, stream: &Arc<ClientStream>, index: usize, asked: bool) -> Slot {
         let (loader, plan, limit) = (
             stream.loader.clone(),
             Arc::clone(&stream.plan),
             Arc::clone(&stream.limit),
         );
         let counters = Arc::clone(&self.counters);
+        let limits = self.limits;
         Slot(tokio::spawn(async move {
             let _permit = limit
                 .acquire_owned()
                 .await
                 .map_err(|_| Error::internal("read-ahead limit closed"))?;
             let data = loader.fetch(&plan, index).await?;
-            counters
-                .buffered_bytes
-                .fetch_add(data.bytes, Ordering::Relaxed);
+            let room = if asked {
+                limits.memory_limit
+            } else {
+                limits.read_ahead_bytes()
+            };
+            if !counters.charge(data.bytes, room) {
+                counters.over_memory_limit.fetch_add(1, Ordering::Relaxed);
+                if !asked {
+                    return Ok(None);
+                }
+                return Err(exhausted(format!(
+                    "partition {index} ({} bytes) does not fit in the server's memory limit \
+                     (udfchain serve --memory-limit {} bytes; {} held for all clients now): \
+                     retry later, ask for fewer partition_rows or prefetch_partitions, or \
+                     raise --memory-limit",
+                    data.bytes,
+                    limits.memory_limit,
+                    counters.buffered_bytes.load(Ordering::SeqCst)
+                )));
+            }
             counters.buffered_partitions.fetch_add(1, Ordering::Relaxed);
-            Ok(Held { data, counters })
+            Ok(Some(Held { data, counters }))
         }))
     }
 
     /// Partition `index` of stream `id` for a `do_get`: taken from the
     /// read-ahead (or fetched now), with the next `k` partitions started.
-    /// `reopen` rebuilds the stream when it was closed (its loader, plan, k, p).
+    /// `reopen` rebuilds the stream when it was closed (its loader, plan, k, p),
+    /// for `client`.
     ///
     /// # Cancel safety
     /// Dropping the future aborts this partition's fetch and closes the stream
@@ -248,6 +411,7 @@ impl ReadAhead {
         self: &Arc<Self>,
         id: u64,
         index: usize,
+        client: Option<IpAddr>,
         reopen: F,
     ) -> Result<(Held, Serving, Arc<EpochPlan>)>
     where
@@ -260,7 +424,7 @@ impl ReadAhead {
             None => {
                 // Resume the read-ahead at this index (lower ones are read).
                 let (loader, plan, k, p) = reopen().await?;
-                self.insert(id, loader, plan, k, p, index)
+                self.insert(id, client, loader, plan, k, p, index)?
             }
         };
         let total = stream.plan.partitions.len();
@@ -297,7 +461,7 @@ impl ReadAhead {
             }
             None => {
                 self.counters.misses.fetch_add(1, Ordering::Relaxed);
-                let s = self.spawn_fetch(&stream, index);
+                let s = self.spawn_fetch(&stream, index, true);
                 let mut st = lock(&stream.state);
                 st.started_below = st.started_below.max(index + 1);
                 s
@@ -308,10 +472,15 @@ impl ReadAhead {
             // The last partition: nothing more to read ahead for this client.
             self.close(id);
         }
-        let mut slot = slot;
-        let held = match (&mut slot.0).await {
-            Ok(r) => r,
-            Err(e) => Err(Error::internal(format!("partition fetch task: {e}"))),
+        let held = match Self::wait(slot).await {
+            // Fetched ahead but over the read-ahead's share: fetch it now.
+            Ok(None) => Self::wait(self.spawn_fetch(&stream, index, true))
+                .await
+                .and_then(|h| {
+                    h.ok_or_else(|| Error::internal("an asked-for fetch came back empty"))
+                }),
+            Ok(Some(h)) => Ok(h),
+            Err(e) => Err(e),
         };
         let held = match held {
             Ok(h) => h,
@@ -324,6 +493,14 @@ impl ReadAhead {
             .partitions_served
             .fetch_add(1, Ordering::Relaxed);
         Ok((held, serving, Arc::clone(&stream.plan)))
+    }
+
+    /// The outcome of a fetch task.
+    async fn wait(mut slot: Slot) -> Result<Option<Held>> {
+        match (&mut slot.0).await {
+            Ok(r) => r,
+            Err(e) => Err(Error::internal(format!("partition fetch task: {e}"))),
+        }
     }
 
     /// Closes stream `id` (aborting its fetches, dropping its partitions);
@@ -397,6 +574,9 @@ impl ReadAhead {
             misses: c.misses.load(Ordering::Relaxed),
             streams_closed_on_disconnect: c.streams_closed_on_disconnect.load(Ordering::Relaxed),
             streams_expired: c.streams_expired.load(Ordering::Relaxed),
+            memory_limit: self.limits.memory_limit,
+            over_memory_limit: c.over_memory_limit.load(Ordering::Relaxed),
+            refused_streams: c.refused_streams.load(Ordering::Relaxed),
         }
     }
 }

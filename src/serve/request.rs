@@ -1,14 +1,11 @@
-//! The JSON command a Flight client puts in a `get_flight_info` descriptor, and
-//! the ticket of one endpoint.
+//! The JSON command a Flight client puts in a `get_flight_info` descriptor.
 //!
 //! Guarantees: a request is parsed strictly (unknown fields are errors, serde
 //! `deny_unknown_fields`) and checked before any data is read — every
 //! out-of-range value is a [`RequestError`] naming the field, the value and the
 //! accepted range. Every field but `dataset` is optional; the defaults are the
 //! latest version, [`DEFAULT_PARTITION_ROWS`] rows per partition, no shuffle, one
-//! rank and one worker, all columns. A ticket is the checked request plus the
-//! partition's index and the read-ahead stream it belongs to, so any server
-//! process holding the same root can rebuild the partition from it alone.
+//! rank and one worker, all columns.
 
 use std::collections::BTreeMap;
 
@@ -201,36 +198,6 @@ impl FlightRequest {
     }
 }
 
-/// One endpoint's ticket: the request, the read-ahead stream opened by the
-/// `get_flight_info` call that listed it, and the partition's index in the
-/// epoch's read order.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FlightTicket {
-    pub request: FlightRequest,
-    pub stream: u64,
-    pub index: usize,
-}
-
-impl FlightTicket {
-    /// The ticket's bytes (JSON).
-    pub fn encode(&self) -> Vec<u8> {
-        // Plain data with string keys: serialising cannot fail.
-        serde_json::to_vec(self).unwrap_or_default()
-    }
-
-    /// Parses and checks a ticket.
-    pub fn parse(bytes: &[u8]) -> Result<Self, RequestError> {
-        let t: Self = serde_json::from_slice(bytes).map_err(|e| {
-            RequestError(format!(
-                "not a ticket of this server (tickets come from get_flight_info): {e}"
-            ))
-        })?;
-        t.request.check()?;
-        Ok(t)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -290,17 +257,5 @@ mod tests {
         assert!(err(r#"{"dataset": "d", "rank": -1}"#).contains("invalid value"));
         assert!(err("not json").contains("JSON request"));
         assert!(err(r#"{"dataset": " "}"#).contains("dataset"));
-    }
-
-    #[test]
-    fn tickets_round_trip() {
-        let request = FlightRequest::parse(br#"{"dataset": "d", "shuffle": true}"#).expect("parse");
-        let t = FlightTicket {
-            request,
-            stream: 9,
-            index: 3,
-        };
-        assert_eq!(FlightTicket::parse(&t.encode()).expect("ticket"), t);
-        assert!(FlightTicket::parse(b"{}").is_err());
     }
 }

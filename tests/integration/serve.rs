@@ -810,3 +810,264 @@ async fn with_bytes_serves_each_files_bytes_from_s3_once() {
     );
     server.stop().await;
 }
+
+/// Saves dataset `name` of ids `from..from + n` in `session`'s root.
+async fn save_ids(session: &Arc<Session>, name: &str, from: i64, n: i64) {
+    let rows: Vec<Row> = (from..from + n)
+        .map(|id| Row {
+            id,
+            text: name.to_string(),
+        })
+        .collect();
+    Chain::from_values_in(Arc::clone(session), &rows)
+        .save(name)
+        .await
+        .expect("save");
+}
+
+/// SIGTERMs a `udfchain serve` child and waits for its exit.
+async fn sigterm(mut child: std::process::Child) {
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill -TERM");
+    assert!(killed.success());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().expect("wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("udfchain serve did not exit after SIGTERM");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ticket_of_a_restarted_server_is_refused_not_served_another_streams_rows() {
+    // The issue's scenario: stream ids restart at 1 in every server process, so
+    // before tickets named their server, client 1's old ticket for `da`
+    // partition 0 read `db`'s rows from the restarted server's stream 1.
+    let root = tempfile::tempdir().expect("root");
+    let session = Session::with_settings(Settings::new().root(root.path()));
+    save_ids(&session, "da", 0, 100).await;
+    save_ids(&session, "db", 1000, 100).await;
+    let (first, addr) = spawn_cli(root.path());
+    let mut c1 = client(addr).await;
+    let da = info(&mut c1, r#"{"dataset": "da", "partition_rows": 50}"#)
+        .await
+        .expect("da");
+    sigterm(first).await;
+
+    let (second, addr) = spawn_cli(root.path());
+    let mut c2 = client(addr).await;
+    let db = info(&mut c2, r#"{"dataset": "db", "partition_rows": 50}"#)
+        .await
+        .expect("db");
+    let mut c1 = client(addr).await;
+    let s = status_of(
+        partition(&mut c1, ticket(&da, 0))
+            .await
+            .expect_err("a ticket of the stopped server is refused"),
+    );
+    assert_eq!(s.code(), tonic::Code::FailedPrecondition, "{}", s.message());
+    assert!(
+        s.message().contains("another udfchain serve process")
+            && s.message().contains("call get_flight_info again"),
+        "{}",
+        s.message()
+    );
+    // Client 2 reads db whole; client 1 starts over and reads da.
+    let got = ids(&partition(&mut c2, ticket(&db, 0)).await.expect("db 0"));
+    assert_eq!(got, (1000..1050).collect::<Vec<i64>>());
+    let again = read_epoch(&mut c1, r#"{"dataset": "da", "partition_rows": 50}"#).await;
+    assert_eq!(again, (0..100).collect::<Vec<i64>>());
+    sigterm(second).await;
+}
+
+/// `t`'s JSON with `edit` applied, as a ticket.
+fn edited(t: &Ticket, edit: impl FnOnce(&mut serde_json::Value)) -> Ticket {
+    let mut v: serde_json::Value = serde_json::from_slice(&t.ticket).expect("ticket json");
+    edit(&mut v);
+    Ticket::new(serde_json::to_vec(&v).expect("bytes"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_altered_or_stale_ticket_never_reads_another_requests_rows() {
+    let root = tempfile::tempdir().expect("root");
+    let session = Session::with_settings(Settings::new().root(root.path()));
+    save_ids(&session, "da", 0, 100).await;
+    save_ids(&session, "db", 1000, 100).await;
+    let server = start(FlightServer::new(Arc::clone(&session))).await;
+    let mut c = client(server.addr).await;
+    let da = info(&mut c, r#"{"dataset": "da", "partition_rows": 50}"#)
+        .await
+        .expect("da");
+    let db = info(&mut c, r#"{"dataset": "db", "partition_rows": 50}"#)
+        .await
+        .expect("db");
+    let (ta, tb) = (ticket(&da, 0), ticket(&db, 0));
+    let db_ticket: serde_json::Value = serde_json::from_slice(&tb.ticket).expect("db ticket json");
+    let (db_stream, db_request) = (db_ticket["stream"].clone(), db_ticket["request"].clone());
+    let forged = [
+        // da's ticket pointed at db's open stream.
+        edited(&ta, |v| v["stream"] = db_stream.clone()),
+        // da's ticket rewritten into db's request and stream, da's tag kept.
+        edited(&ta, |v| {
+            v["stream"] = db_stream.clone();
+            v["request"] = db_request.clone();
+        }),
+        // Another partition than listed, another version than pinned.
+        edited(&ta, |v| v["index"] = 1.into()),
+        edited(&ta, |v| v["request"]["version"] = 2.into()),
+    ];
+    for t in forged {
+        let s = status_of(partition(&mut c, t).await.expect_err("forged"));
+        assert_eq!(s.code(), tonic::Code::InvalidArgument, "{}", s.message());
+        assert!(s.message().contains("altered or forged"), "{}", s.message());
+    }
+    // The real tickets read their own rows.
+    let got = ids(&partition(&mut c, tb).await.expect("db 0"));
+    assert_eq!(got, (1000..1050).collect::<Vec<i64>>());
+    let got = ids(&partition(&mut c, ta.clone()).await.expect("da 0"));
+    assert_eq!(got, (0..50).collect::<Vec<i64>>());
+    let got = ids(&partition(&mut c, ticket(&da, 1)).await.expect("da 1"));
+    assert_eq!(
+        got,
+        (50..100).collect::<Vec<i64>>(),
+        "its stream is closed now"
+    );
+
+    // A ticket pins its version: once da v1 is removed and a new da saved, the
+    // old ticket (its stream closed) is NotFound, not the new version's rows.
+    let catalog = udfchain::Catalog::open(root.path()).expect("catalog");
+    catalog.remove("da", Some(1)).expect("rm da 1");
+    save_ids(&session, "da", 5000, 100).await;
+    assert_eq!(catalog.get("da", None).expect("da").version, 2);
+    let s = status_of(partition(&mut c, ta).await.expect_err("removed version"));
+    assert_eq!(s.code(), tonic::Code::NotFound, "{}", s.message());
+    assert!(s.message().contains("no version 1"), "{}", s.message());
+    server.stop().await;
+}
+
+/// A client whose connections come from `ip` (any 127/8 address is loopback).
+async fn client_from(addr: SocketAddr, ip: &str) -> FlightClient {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .expect("endpoint")
+        .local_address(Some(ip.parse().expect("ip")))
+        .connect()
+        .await
+        .expect("connect");
+    FlightClient::new_from_inner(
+        FlightServiceClient::new(channel).max_decoding_message_size(64 * 1024 * 1024),
+    )
+}
+
+const GREEDY_REQUEST: &str = r#"{"dataset": "items", "partition_rows": 100,
+    "prefetch_partitions": 1024, "parallel_requests": 8}"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_greedy_client_cannot_make_the_server_hold_more_than_its_memory_limit() {
+    // 2,000 rows of 4 KiB: 20 partitions of about 400 KiB each (8 MiB an epoch).
+    let (_root, session) = items(2000, 4096).await;
+    const LIMIT: usize = 4 << 20;
+    let server = start(
+        FlightServer::new(Arc::clone(&session))
+            .memory_limit(LIMIT)
+            .max_streams(8)
+            .max_streams_per_client(6),
+    )
+    .await;
+    let mut watch = client(server.addr).await;
+    let held_within_limit = |s: &ReadAheadStats| {
+        assert!(s.buffered_bytes <= LIMIT, "held over the limit: {s:?}");
+        assert_eq!(s.memory_limit, LIMIT);
+    };
+
+    // The greedy client opens streams that each ask for the whole epoch ahead,
+    // in a loop, until the per-client cap refuses it.
+    let mut greedy = client_from(server.addr, "127.0.0.2").await;
+    let mut opened = Vec::new();
+    let refusal = loop {
+        match info(&mut greedy, GREEDY_REQUEST).await {
+            Ok(fi) => opened.push(fi),
+            Err(e) => break status_of(e),
+        }
+        assert!(opened.len() <= 6, "the per-client cap holds");
+        held_within_limit(&stats(&mut watch).await);
+    };
+    assert_eq!(opened.len(), 6);
+    assert_eq!(refusal.code(), tonic::Code::ResourceExhausted);
+    assert!(
+        refusal.message().contains("127.0.0.2")
+            && refusal.message().contains("--max-streams-per-client 6"),
+        "{}",
+        refusal.message()
+    );
+    // Its read-ahead fills its share of the limit and is cut there.
+    let s = stats_until(&mut watch, "read-ahead cut at the limit", |s| {
+        s.over_memory_limit > 0 || s.buffered_bytes > LIMIT / 2
+    })
+    .await;
+    held_within_limit(&s);
+
+    // A well-behaved client still reads every row, in order; what the server
+    // holds stays within the limit between its partitions.
+    let mut polite = client(server.addr).await;
+    let fi = info(
+        &mut polite,
+        r#"{"dataset": "items", "partition_rows": 100}"#,
+    )
+    .await
+    .expect("the polite client's stream");
+    let mut got = Vec::new();
+    for i in 0..fi.endpoint.len() {
+        got.extend(ids(&partition(&mut polite, ticket(&fi, i))
+            .await
+            .expect("do_get")));
+        held_within_limit(&stats(&mut watch).await);
+    }
+    assert_eq!(got, (0..2000).collect::<Vec<i64>>());
+
+    // The server-wide cap: the polite stream is closed (read to its end), so
+    // 6 greedy streams + 2 of a third client fill 8 of 8.
+    let mut third = client_from(server.addr, "127.0.0.3").await;
+    for n in [7, 8] {
+        info(&mut third, GREEDY_REQUEST)
+            .await
+            .unwrap_or_else(|e| panic!("stream {n}: {e}"));
+    }
+    let s = status_of(
+        info(&mut third, GREEDY_REQUEST)
+            .await
+            .expect_err("a 9th stream"),
+    );
+    assert_eq!(s.code(), tonic::Code::ResourceExhausted);
+    assert!(s.message().contains("--max-streams 8"), "{}", s.message());
+    let s = stats(&mut watch).await;
+    held_within_limit(&s);
+    assert_eq!(s.refused_streams, 2, "{s:?}");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_larger_than_the_memory_limit_is_resource_exhausted() {
+    let (_root, session) = items(100, 4096).await;
+    let server = start(FlightServer::new(session).memory_limit(64 * 1024)).await;
+    let mut c = client(server.addr).await;
+    let fi = info(&mut c, r#"{"dataset": "items", "partition_rows": 100}"#)
+        .await
+        .expect("info");
+    let s = status_of(
+        partition(&mut c, ticket(&fi, 0))
+            .await
+            .expect_err("too big"),
+    );
+    assert_eq!(s.code(), tonic::Code::ResourceExhausted);
+    assert!(
+        s.message().contains("--memory-limit 65536") && s.message().contains("raise"),
+        "{}",
+        s.message()
+    );
+    assert_eq!(stats(&mut c).await.buffered_bytes, 0);
+    server.stop().await;
+}
