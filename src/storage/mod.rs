@@ -9,6 +9,9 @@
 //! `storage_option`s, so any S3-compatible server works; an `http://`
 //! endpoint the user gives allows plain HTTP unless they set `allow_http`,
 //! and a store's bare "builder error" is [`explain`]ed (which setting to set).
+//! An `http(s)://` store asks a plain server once where its answer will not
+//! change (`plain_http`: a 501, no WebDAV for listing, no `Range` for part
+//! reads) and says what the server lacks.
 //!
 //! First-run mistakes fail at once with one line saying what to do: S3 without
 //! credentials (none configured and no instance metadata endpoint answering:
@@ -29,6 +32,7 @@
 
 mod download;
 mod listing;
+mod plain_http;
 
 pub use download::{Changed, Downloaded, Pin, download_bytes, download_to, is_transient};
 pub use listing::{ListingExec, StorageTable, file_schema};
@@ -603,9 +607,11 @@ fn build_store(loc: &Location, options: &BTreeMap<String, String>) -> Result<Arc
             Arc::new(b.build().map_err(err)?)
         }
         // An http:// URI is a plain-HTTP server by the user's own choice.
+        // Permanent answers of plain servers are not retried (see `plain_http`).
         "http" | "https" => Arc::new(
             HttpBuilder::new()
                 .with_url(url)
+                .with_http_connector(plain_http::PlainHttp)
                 .with_client_options(
                     ClientOptions::new().with_allow_http(loc.store_url.scheme() == "http"),
                 )
