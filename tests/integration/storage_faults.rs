@@ -539,16 +539,18 @@ impl PythonHttp {
             .stderr(std::fs::File::create(&log).expect("log file"))
             .spawn()
             .expect("python3 -m http.server");
+        // Killed and reaped when dropped, also if it does not start.
+        let server = Self {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+            log,
+        };
         for _ in 0..200 {
             if tokio::net::TcpStream::connect(("127.0.0.1", port))
                 .await
                 .is_ok()
             {
-                return Self {
-                    child,
-                    url: format!("http://127.0.0.1:{port}"),
-                    log,
-                };
+                return server;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
