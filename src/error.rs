@@ -1,9 +1,13 @@
 //! The one public error type. Every variant carries the context a user needs to
-//! act (URL, UDF name, file, row); credentials never appear in it.
+//! act (URL, UDF name, file, row); credentials never appear in it (the URLs
+//! of storage and UDF errors are shown redacted: a presigned URL's signature
+//! is masked).
 
 use std::sync::Arc;
 
 use datafusion::error::DataFusionError;
+
+use crate::util::redact::redact;
 
 /// A shared, clonable error source.
 pub type Source = Arc<dyn std::error::Error + Send + Sync + 'static>;
@@ -20,7 +24,7 @@ pub enum Error {
     InvalidUri { uri: String, reason: String },
 
     /// A store operation failed.
-    #[error("storage error at {url}: {source}")]
+    #[error("storage error at {}: {}", redact(url), redact(&source.to_string()))]
     Storage {
         url: String,
         #[source]
@@ -28,7 +32,7 @@ pub enum Error {
     },
 
     /// A UDF returned an error (or panicked) for a row.
-    #[error("UDF {udf} failed{}{}: {source}", file.as_ref().map(|f| format!(" on {f}")).unwrap_or_default(), row.map(|r| format!(" (row {r})")).unwrap_or_default())]
+    #[error("UDF {udf} failed{}{}: {}", file.as_ref().map(|f| format!(" on {}", redact(f))).unwrap_or_default(), row.map(|r| format!(" (row {r})")).unwrap_or_default(), redact(&source.to_string()))]
     Udf {
         udf: String,
         file: Option<String>,
@@ -151,6 +155,30 @@ impl Error {
         }
     }
 
+    /// Whether doing the same work again may succeed. Never for errors of
+    /// the input, the plan, the settings or a UDF's own logic, nor for store
+    /// answers that do not change (not found, no permission, a path or a
+    /// request the store refuses); yes for other storage and I/O errors
+    /// (timeouts, resets, server errors the store's own retries gave up on)
+    /// and for engine errors other than resource limits. A UDF error heals
+    /// only when its cause is a storage or I/O error that does.
+    pub fn may_heal(&self) -> bool {
+        match self {
+            Error::Udf { source, .. } => cause_heals(source.as_ref()).unwrap_or(false),
+            Error::Storage { source, .. } => cause_heals(source.as_ref()).unwrap_or(true),
+            Error::Io { source, .. } => cause_heals(source.as_ref()).unwrap_or(true),
+            Error::Script { source, .. } => source.may_heal(),
+            // A busy or locked catalog is released by its other writer.
+            Error::Catalog { .. } => true,
+            Error::DataFusion(df) => match find_ours(df) {
+                Some(ours) => ours.may_heal(),
+                None => !matches!(df.as_ref(), DataFusionError::ResourcesExhausted(_)),
+            },
+            Error::Cluster { .. } | Error::ClusterTask { .. } => true,
+            _ => false,
+        }
+    }
+
     /// Wraps this error for transport through DataFusion; [`From<DataFusionError>`]
     /// unwraps it again.
     pub(crate) fn into_df(self) -> DataFusionError {
@@ -170,6 +198,62 @@ impl From<DataFusionError> for Error {
             e => Self::DataFusion(Arc::new(e)),
         }
     }
+}
+
+/// What the first storage or I/O error in `e`'s chain of causes says about
+/// trying again (see [`Error::may_heal`]); `None` when there is none.
+fn cause_heals(e: &(dyn std::error::Error + 'static)) -> Option<bool> {
+    let mut cause = Some(e);
+    // A generic store error (a transport error or a server error after the
+    // store's own retries) heals unless a cause below it says otherwise.
+    let mut generic = false;
+    while let Some(e) = cause {
+        if let Some(ours) = e.downcast_ref::<Error>() {
+            return Some(ours.may_heal());
+        }
+        if let Some(store) = e.downcast_ref::<object_store::Error>() {
+            use object_store::Error as E;
+            if let E::Generic { .. } = store {
+                generic = true;
+                cause = e.source();
+                continue;
+            }
+            return Some(!matches!(
+                store,
+                E::NotFound { .. }
+                    | E::InvalidPath { .. }
+                    | E::NotSupported { .. }
+                    | E::AlreadyExists { .. }
+                    | E::Precondition { .. }
+                    | E::NotModified { .. }
+                    | E::NotImplemented { .. }
+                    | E::PermissionDenied { .. }
+                    | E::Unauthenticated { .. }
+                    | E::UnknownConfigurationKey { .. }
+            ));
+        }
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind as K;
+            match io.kind() {
+                K::NotFound
+                | K::PermissionDenied
+                | K::InvalidInput
+                | K::InvalidData
+                | K::Unsupported
+                | K::AlreadyExists => return Some(false),
+                // `io::Error::other(e)` says nothing itself: `e` may.
+                K::Other => {
+                    cause = io
+                        .get_ref()
+                        .map(|inner| inner as &(dyn std::error::Error + 'static));
+                    continue;
+                }
+                _ => return Some(true),
+            }
+        }
+        cause = e.source();
+    }
+    generic.then_some(true)
 }
 
 /// Finds a udfchain error carried anywhere inside a DataFusion error.
@@ -205,4 +289,74 @@ fn find_ours(e: &DataFusionError) -> Option<Error> {
         source = s.source();
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn udf(source: Source) -> Error {
+        Error::Udf {
+            udf: "u".into(),
+            file: None,
+            row: None,
+            source,
+        }
+    }
+
+    fn store(e: object_store::Error) -> Error {
+        Error::Storage {
+            url: "s3://b/k".into(),
+            source: Arc::new(e),
+        }
+    }
+
+    #[test]
+    fn only_errors_that_may_heal_are_worth_another_try() {
+        let missing = || object_store::Error::NotFound {
+            path: "k".into(),
+            source: "404".into(),
+        };
+        let reset = || object_store::Error::Generic {
+            store: "S3",
+            source: Box::new(std::io::Error::from(std::io::ErrorKind::ConnectionReset)),
+        };
+        let refused = object_store::Error::Generic {
+            store: "HTTP",
+            source: Box::new(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                "the server answered PROPFIND with 501",
+            )),
+        };
+        assert!(!store(refused).may_heal(), "a permanent status");
+        assert!(!store(missing()).may_heal(), "404");
+        assert!(
+            store(reset()).may_heal(),
+            "a reset after the store's retries"
+        );
+        // A UDF's own error does not heal; a read that failed heals as its cause.
+        assert!(!udf(Arc::new(std::io::Error::other("bad header"))).may_heal());
+        let read = |cause: Error| {
+            udf(Arc::new(udfchain_udfs::UdfError::Read {
+                url: "s3://b/k".into(),
+                source: Box::new(cause),
+            }))
+        };
+        assert!(
+            !read(store(missing())).may_heal(),
+            "a read of a missing object"
+        );
+        assert!(read(store(reset())).may_heal(), "a read cut by a reset");
+        // Through DataFusion, as the loader sees them.
+        assert!(!Error::from(store(missing()).into_df()).may_heal());
+        assert!(Error::from(read(store(reset())).into_df()).may_heal());
+        assert!(!Error::plan("no such column").may_heal());
+        let timeout = Error::io("f", std::io::Error::from(std::io::ErrorKind::TimedOut));
+        assert!(timeout.may_heal());
+        let denied = Error::io(
+            "f",
+            std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+        );
+        assert!(!denied.may_heal());
+    }
 }

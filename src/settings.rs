@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// `Settings::memory_file_limit` default: files up to 1 MiB are prefetched into memory.
 pub const DEFAULT_MEMORY_FILE_LIMIT: u64 = 1 << 20;
@@ -43,6 +44,41 @@ pub fn parse_size(text: &str) -> Option<u64> {
     };
     let n: u64 = num.trim().parse().ok()?;
     n.checked_mul(1 << shift)
+}
+
+/// `Settings::cluster_executor_timeout` default: how long a cluster job may
+/// wait for an executor to register before it fails.
+pub const DEFAULT_CLUSTER_EXECUTOR_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A duration: `"500ms"`, `"30s"`, `"5m"`, `"2h"`, `"1d"`, or plain seconds
+/// (`"10"`), above 0; an error saying what is accepted for anything else
+/// (including a duration past `u64::MAX` milliseconds).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration (e.g. 500ms, 30s, 5m, 2h, 1d)"))?;
+    let per_unit: u64 = match unit.trim() {
+        "ms" => 1,
+        "" | "s" => 1000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        other => {
+            return Err(format!(
+                "unknown unit {other:?} in {text:?} (use ms, s, m, h or d)"
+            ));
+        }
+    };
+    let ms = n
+        .checked_mul(per_unit)
+        .ok_or_else(|| format!("{text:?} is too long a duration"))?;
+    if ms == 0 {
+        return Err(format!("{text:?}: the interval must be > 0"));
+    }
+    Ok(Duration::from_millis(ms))
 }
 
 /// How many downloads run ahead of a UDF, per partition.
@@ -85,6 +121,7 @@ pub struct Settings {
     memory_file_limit: Option<u64>,
     progress: Option<bool>,
     cluster: Option<String>,
+    cluster_executor_timeout: Option<Duration>,
     storage_options: BTreeMap<String, String>,
 }
 
@@ -117,6 +154,7 @@ impl std::fmt::Debug for Settings {
             .field("memory_file_limit", &self.memory_file_limit)
             .field("progress", &self.progress)
             .field("cluster", &self.cluster)
+            .field("cluster_executor_timeout", &self.cluster_executor_timeout)
             .field("storage_options", &options)
             .finish()
     }
@@ -250,6 +288,7 @@ impl Settings {
         "memory_file_limit",
         "progress",
         "cluster",
+        "cluster_executor_timeout",
     ];
 
     /// Sets a setting by name from text, as `SET name = value` in scripts and
@@ -333,6 +372,9 @@ impl Settings {
                 }
                 _ => return Err(bad("df://HOST:PORT, or local")),
             },
+            "cluster_executor_timeout" => self.cluster_executor_timeout(
+                parse_duration(v).map_err(|_| bad("a duration above 0 (e.g. 500ms, 30s, 5m)"))?,
+            ),
             "root" if v.is_empty() => return Err(bad("a directory")),
             "root" => self.root(value),
             "on_error" => self.on_error(match v.to_ascii_lowercase().as_str() {
@@ -381,6 +423,20 @@ impl Settings {
         self.cluster.as_deref().filter(|c| !c.is_empty())
     }
 
+    /// How long a job on the cluster may wait for an executor while its
+    /// scheduler has none registered (default
+    /// [`DEFAULT_CLUSTER_EXECUTOR_TIMEOUT`]); then it fails saying so. Taken
+    /// when the cluster session is made (`SET` it before `SET cluster`).
+    pub fn cluster_executor_timeout(mut self, timeout: Duration) -> Self {
+        self.cluster_executor_timeout = Some(timeout);
+        self
+    }
+
+    pub fn get_cluster_executor_timeout(&self) -> Duration {
+        self.cluster_executor_timeout
+            .unwrap_or(DEFAULT_CLUSTER_EXECUTOR_TIMEOUT)
+    }
+
     /// `other`'s set fields override `self`'s.
     pub fn merge(mut self, other: &Settings) -> Self {
         macro_rules! take {
@@ -400,7 +456,8 @@ impl Settings {
             memory_limit,
             memory_file_limit,
             progress,
-            cluster
+            cluster,
+            cluster_executor_timeout
         );
         self.storage_options.extend(
             other
@@ -534,6 +591,30 @@ mod tests {
         assert_eq!(parse_size("1t"), Some(1 << 40));
         assert_eq!(parse_size("16777216t"), None, "overflow");
         assert_eq!(parse_size("k"), None);
+        let s = Settings::new()
+            .set("cluster_executor_timeout", "1500ms")
+            .expect("valid");
+        assert_eq!(
+            s.get_cluster_executor_timeout(),
+            Duration::from_millis(1500)
+        );
+        assert_eq!(
+            Settings::new().get_cluster_executor_timeout(),
+            DEFAULT_CLUSTER_EXECUTOR_TIMEOUT
+        );
+        assert!(refused("cluster_executor_timeout", "0s").contains("a duration above 0"));
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("10"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("5y").is_err());
+        assert!(parse_duration("s").is_err());
+        assert!(parse_duration("18446744073709551615d").is_err(), "overflow");
     }
 
     proptest! {
@@ -548,7 +629,7 @@ mod tests {
         /// Any name and value: a setting or a one-line refusal, never a panic.
         #[test]
         fn any_name_and_value(
-            name in "\\PC{0,12}|(prefetch|cache|cache_limit|parallel|workers|batch_size|ordered|max_connections|on_error|root|memory_limit|memory_file_limit|storage\\.[a-z]{0,5})",
+            name in "\\PC{0,12}|(prefetch|cache|cache_limit|parallel|workers|batch_size|ordered|max_connections|on_error|root|memory_limit|memory_file_limit|cluster_executor_timeout|storage\\.[a-z]{0,5})",
             value in "\\PC{0,24}|-?[0-9]{1,22}[kKmMgGtT]?[bB]?",
         ) {
             match Settings::new().set(&name, &value) {

@@ -14,7 +14,9 @@
 //! the cluster, and a failed task's error reads as locally.
 //!
 //! Bounds: connecting to the scheduler gives up after [`CONNECT_TIMEOUT`]
-//! with [`Error::Cluster`]; Ballista's own gRPC calls time out after 20 s.
+//! with [`Error::Cluster`]; Ballista's own gRPC calls time out after 20 s; a
+//! job waits for an executor at most the session's `cluster_executor_timeout`
+//! (see [`JobExec`]).
 
 use std::fmt;
 use std::sync::Arc;
@@ -216,6 +218,7 @@ fn client_session(settings: Settings, config: SessionConfig, http: String) -> Re
     let config = config.with_ballista_query_planner(Arc::new(ClientPlanner {
         remote: Arc::new(remote),
         scheduler: http.clone(),
+        executor_timeout: settings.get_cluster_executor_timeout(),
     }));
     let state = SessionStateBuilder::new_from_existing(base.state())
         .with_config(config)
@@ -233,6 +236,8 @@ struct ClientPlanner {
     remote: Arc<BallistaQueryPlanner<LogicalPlanNode>>,
     /// The scheduler's `http://host:port`.
     scheduler: String,
+    /// `cluster_executor_timeout` of the session.
+    executor_timeout: Duration,
 }
 
 impl fmt::Debug for ClientPlanner {
@@ -250,7 +255,11 @@ impl QueryPlanner for ClientPlanner {
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         let LogicalPlan::Copy(copy) = plan else {
             let job = self.remote.create_physical_plan(plan, session).await?;
-            return Ok(Arc::new(JobExec::new(job, self.scheduler.clone())));
+            return Ok(Arc::new(JobExec::new(
+                job,
+                self.scheduler.clone(),
+                self.executor_timeout,
+            )));
         };
         let mut local = copy.clone();
         local.input = Arc::new(LogicalPlan::Extension(Extension {
@@ -263,6 +272,7 @@ impl QueryPlanner for ClientPlanner {
             DefaultPhysicalPlanner::with_extension_planners(vec![Arc::new(OnClusterPlanner {
                 remote: Arc::clone(&self.remote),
                 scheduler: self.scheduler.clone(),
+                executor_timeout: self.executor_timeout,
             })]);
         planner
             .create_physical_plan(&LogicalPlan::Copy(local), session)
@@ -316,6 +326,7 @@ impl UserDefinedLogicalNodeCore for OnCluster {
 struct OnClusterPlanner {
     remote: Arc<BallistaQueryPlanner<LogicalPlanNode>>,
     scheduler: String,
+    executor_timeout: Duration,
 }
 
 #[async_trait]
@@ -336,6 +347,10 @@ impl ExtensionPlanner for OnClusterPlanner {
             .remote
             .create_physical_plan(&node.plan, session)
             .await?;
-        Ok(Some(Arc::new(JobExec::new(job, self.scheduler.clone()))))
+        Ok(Some(Arc::new(JobExec::new(
+            job,
+            self.scheduler.clone(),
+            self.executor_timeout,
+        ))))
     }
 }

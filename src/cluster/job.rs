@@ -15,6 +15,16 @@
 //!   the client gets [`Error::ClusterTask`] whose message is the executor's
 //!   one line (which UDF, which file, the cause), with Ballista's text as its
 //!   source.
+//! - **No silent wait for an executor**: until its first row, the stream asks
+//!   the scheduler every [`EXECUTOR_CHECK`] whether an executor is registered
+//!   (its `/readyz`, each check at most [`CHECK_TIMEOUT`]). While none is, the
+//!   gauge `waiting_for_executor` is 1 (the progress display says "waiting
+//!   for an executor"); once none has been for `cluster_executor_timeout`
+//!   (a setting, default 60 s), the stream ends with [`Error::Cluster`]
+//!   saying so and asks the scheduler to cancel the job (as a dropped stream
+//!   does). A scheduler without `/readyz` is
+//!   never taken for one without executors; Ballista bounds its own calls
+//!   (submission, status polls) by its gRPC client timeouts.
 //! - **Remote metrics**: once the stream ends, the client fetches the job's
 //!   stage metrics from the scheduler (at most [`METRICS_TIMEOUT`]) and shows
 //!   them as its own, named `<operator>.<metric>` (`PrefetchExec.files_fetched`,
@@ -30,7 +40,7 @@ use std::fmt;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ballista_core::execution_plans::DistributedQueryExec;
 use ballista_core::serde::protobuf::operator_metric::Metric as Remote;
@@ -42,7 +52,9 @@ use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::{RecordBatchStream, SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::PhysicalExpr;
-use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
+use datafusion::physical_plan::metrics::{
+    ExecutionPlanMetricsSet, Gauge, MetricBuilder, MetricsSet,
+};
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use datafusion_proto::protobuf::LogicalPlanNode;
 use futures::{Future, Stream};
@@ -54,6 +66,10 @@ use crate::error::Error;
 pub const CANCEL_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long fetching a finished job's metrics may take (then it has none).
 pub const METRICS_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often a job without rows yet checks that its scheduler has an executor.
+pub const EXECUTOR_CHECK: Duration = Duration::from_millis(500);
+/// How long one such check may take (then it says nothing).
+pub const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Cancels spawned by dropped streams, not yet done, with their schedulers'
 /// `http://host:port`.
@@ -79,17 +95,75 @@ pub struct JobExec {
     input: Arc<dyn ExecutionPlan>,
     /// The scheduler's `http://host:port`.
     scheduler: String,
+    /// How long the job may wait while the scheduler has no executor.
+    executor_timeout: Duration,
     /// The job's operator metrics, once it ended.
     metrics: ExecutionPlanMetricsSet,
+    /// 1 while the scheduler has no executor to run the job.
+    waiting: Gauge,
 }
 
 impl JobExec {
-    pub fn new(input: Arc<dyn ExecutionPlan>, scheduler: String) -> Self {
+    pub fn new(
+        input: Arc<dyn ExecutionPlan>,
+        scheduler: String,
+        executor_timeout: Duration,
+    ) -> Self {
+        let metrics = ExecutionPlanMetricsSet::new();
+        let waiting = MetricBuilder::new(&metrics).global_gauge("waiting_for_executor");
         Self {
             input,
             scheduler,
-            metrics: ExecutionPlanMetricsSet::new(),
+            executor_timeout,
+            metrics,
+            waiting,
         }
+    }
+}
+
+/// Whether the scheduler at `http` has an executor registered, from its
+/// `/readyz` (200 or 503); `None` when it does not say.
+async fn has_executor(client: &reqwest::Client, http: &str) -> Option<bool> {
+    let response = client.get(format!("{http}/readyz")).send().await.ok()?;
+    match response.status() {
+        reqwest::StatusCode::OK => Some(true),
+        reqwest::StatusCode::SERVICE_UNAVAILABLE => Some(false),
+        _ => None,
+    }
+}
+
+/// Checks every [`EXECUTOR_CHECK`] whether the scheduler at `http` has an
+/// executor, keeping `waiting` at 1 while it has none; resolves to the error
+/// once it has had none for `timeout` (see the module header).
+async fn no_executor(http: String, timeout: Duration, waiting: Gauge) -> DataFusionError {
+    let url = http.replacen("http://", "df://", 1);
+    let addr = url.trim_start_matches("df://").to_string();
+    let client = match reqwest::Client::builder().timeout(CHECK_TIMEOUT).build() {
+        Ok(c) => c,
+        // No HTTP client: no check, and nothing to report.
+        Err(_) => return std::future::pending().await,
+    };
+    let mut since: Option<Instant> = None;
+    loop {
+        if has_executor(&client, &http).await == Some(false) {
+            waiting.set(1);
+            let start = *since.get_or_insert_with(Instant::now);
+            if start.elapsed() >= timeout {
+                return Error::Cluster {
+                    url,
+                    reason: format!(
+                        "no executor registered at the scheduler for {timeout:?} \
+                         (cluster_executor_timeout); start one with \
+                         `udfchain cluster executor --scheduler {addr}`"
+                    ),
+                }
+                .into_df();
+            }
+        } else {
+            waiting.set(0);
+            since = None;
+        }
+        tokio::time::sleep(EXECUTOR_CHECK).await;
     }
 }
 
@@ -185,6 +259,7 @@ impl ExecutionPlan for JobExec {
         Ok(Arc::new(Self::new(
             children.swap_remove(0),
             self.scheduler.clone(),
+            self.executor_timeout,
         )))
     }
 
@@ -193,6 +268,11 @@ impl ExecutionPlan for JobExec {
         partition: usize,
         ctx: Arc<TaskContext>,
     ) -> DfResult<SendableRecordBatchStream> {
+        let check = no_executor(
+            self.scheduler.clone(),
+            self.executor_timeout,
+            self.waiting.clone(),
+        );
         Ok(Box::pin(JobStream {
             inner: self.input.execute(partition, ctx)?,
             input: Arc::clone(&self.input),
@@ -200,6 +280,8 @@ impl ExecutionPlan for JobExec {
             ended: false,
             metrics: self.metrics.clone(),
             fetch: None,
+            executors: Some(Box::pin(check)),
+            waiting: self.waiting.clone(),
         }))
     }
 }
@@ -213,6 +295,42 @@ struct JobStream {
     metrics: ExecutionPlanMetricsSet,
     /// After the last row: fetching the job's metrics.
     fetch: Option<Pin<Box<dyn Future<Output = Option<GetJobMetricsResult>> + Send>>>,
+    /// Until the first row: the check that an executor is registered.
+    executors: Option<Pin<Box<dyn Future<Output = DataFusionError> + Send>>>,
+    waiting: Gauge,
+}
+
+impl JobStream {
+    /// The job's rows started, or it ended: no executor check any more.
+    fn stop_checking(&mut self) {
+        self.executors = None;
+        self.waiting.set(0);
+    }
+
+    /// Asks the scheduler (in a spawned task, at most [`CANCEL_TIMEOUT`]) to
+    /// cancel the job, when its id is known.
+    fn cancel(&self) {
+        // The job id comes from the run this stream ends: it is there now or
+        // never (a stream dropped before the scheduler accepted its job).
+        let (Some(job_id), Ok(runtime)) =
+            (job_id(&self.input), tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        let scheduler = self.scheduler.clone();
+        let named = scheduler.clone();
+        let task = runtime.spawn(async move {
+            let cancel = async {
+                let mut client = SchedulerGrpcClient::connect(scheduler).await.ok()?;
+                client.cancel_job(CancelJobParams { job_id }).await.ok()
+            };
+            // Best effort: an unreachable scheduler leaves the job to run out.
+            let _ = tokio::time::timeout(CANCEL_TIMEOUT, cancel).await;
+        });
+        let mut pending = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+        pending.retain(|(t, _)| !t.is_finished());
+        pending.push((task, named));
+    }
 }
 
 impl Stream for JobStream {
@@ -232,7 +350,19 @@ impl Stream for JobStream {
         if self.ended {
             return Poll::Ready(None);
         }
-        match self.inner.as_mut().poll_next(cx) {
+        if let Some(check) = self.executors.as_mut()
+            && let Poll::Ready(e) = check.as_mut().poll(cx)
+        {
+            self.stop_checking();
+            self.cancel();
+            self.ended = true;
+            return Poll::Ready(Some(Err(e)));
+        }
+        let next = self.inner.as_mut().poll_next(cx);
+        if next.is_ready() {
+            self.stop_checking();
+        }
+        match next {
             Poll::Ready(None) => {
                 self.ended = true;
                 let Some(job) = job_id(&self.input) else {
@@ -259,29 +389,9 @@ impl RecordBatchStream for JobStream {
 
 impl Drop for JobStream {
     fn drop(&mut self) {
-        if self.ended {
-            return;
+        if !self.ended {
+            self.cancel();
         }
-        // The job id comes from the run this drop ends: it is there now or
-        // never (a stream dropped before the scheduler accepted its job).
-        let (Some(job_id), Ok(runtime)) =
-            (job_id(&self.input), tokio::runtime::Handle::try_current())
-        else {
-            return;
-        };
-        let scheduler = self.scheduler.clone();
-        let named = scheduler.clone();
-        let task = runtime.spawn(async move {
-            let cancel = async {
-                let mut client = SchedulerGrpcClient::connect(scheduler).await.ok()?;
-                client.cancel_job(CancelJobParams { job_id }).await.ok()
-            };
-            // Best effort: an unreachable scheduler leaves the job to run out.
-            let _ = tokio::time::timeout(CANCEL_TIMEOUT, cancel).await;
-        });
-        let mut pending = PENDING.lock().unwrap_or_else(|e| e.into_inner());
-        pending.retain(|(t, _)| !t.is_finished());
-        pending.push((task, named));
     }
 }
 

@@ -16,7 +16,9 @@
 //! executor (one poll per job, shared by its streams) and stops polling when
 //! the job's streams are gone. The job comes from the task's identity in its
 //! `TaskContext` (`TID <job>/<stage>.<attempt>/<task>.<attempt>`). A
-//! scheduler that cannot be reached stops nothing.
+//! scheduler that cannot be reached stops nothing; connecting and each status
+//! call give up after [`CALL_TIMEOUT`] (then the next poll reconnects), so a
+//! scheduler that accepts but never answers cannot stall the watch.
 //!
 //! udfchain errors of the wrapped operator leave the executor as a one-line
 //! `Execution` error carrying udfchain's own message (which UDF, which file,
@@ -47,6 +49,8 @@ use crate::error::Error;
 
 /// How often a job with running udfchain streams is looked up.
 pub const POLL: Duration = Duration::from_millis(200);
+/// How long connecting to the scheduler, or one status call, may take.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 type Jobs = Arc<Mutex<HashMap<String, watch::Sender<Option<String>>>>>;
 
@@ -107,17 +111,12 @@ async fn poll_job(jobs: Jobs, scheduler: String, job: String, tx: watch::Sender<
             }
         }
         if client.is_none() {
-            client = SchedulerGrpcClient::connect(scheduler.clone()).await.ok();
+            client = connect(&scheduler).await;
         }
         let Some(c) = client.as_mut() else { continue };
-        let status = match c
-            .get_job_status(GetJobStatusParams {
-                job_id: job.clone(),
-            })
-            .await
-        {
-            Ok(r) => r.into_inner().status.and_then(|s| s.status),
-            Err(_) => {
+        let status = match job_status(c, &job).await {
+            Some(status) => status,
+            None => {
                 // Unreachable for now: try again (and reconnect) next time.
                 client = None;
                 continue;
@@ -137,6 +136,24 @@ async fn poll_job(jobs: Jobs, scheduler: String, job: String, tx: watch::Sender<
             return;
         }
     }
+}
+
+type Client = SchedulerGrpcClient<tonic::transport::Channel>;
+
+/// A client of the scheduler at `http`, or `None` after [`CALL_TIMEOUT`].
+async fn connect(http: &str) -> Option<Client> {
+    let connect = SchedulerGrpcClient::connect(http.to_string());
+    tokio::time::timeout(CALL_TIMEOUT, connect).await.ok()?.ok()
+}
+
+/// `job`'s status from the scheduler (`Some(None)`: it has none), or `None`
+/// when the call failed or took more than [`CALL_TIMEOUT`].
+async fn job_status(client: &mut Client, job: &str) -> Option<Option<Status>> {
+    let call = client.get_job_status(GetJobStatusParams {
+        job_id: job.to_string(),
+    });
+    let reply = tokio::time::timeout(CALL_TIMEOUT, call).await.ok()?.ok()?;
+    Some(reply.into_inner().status.and_then(|s| s.status))
 }
 
 /// The job of a task, from its identity `TID <job>/<stage>.<attempt>/...`.
@@ -279,6 +296,32 @@ fn readable(e: DataFusionError) -> DataFusionError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A scheduler that accepts connections and never answers: connecting
+    /// or the status call gives up after `CALL_TIMEOUT` instead of stalling
+    /// the watch (the test's own bound fails it if either stalls).
+    #[tokio::test]
+    async fn a_scheduler_that_never_answers_does_not_stall_the_watch() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let held = tokio::spawn(async move {
+            let mut open = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                open.push(socket);
+            }
+        });
+        let http = format!("http://{addr}");
+        let status = tokio::time::timeout(CALL_TIMEOUT * 4, async {
+            let mut client = connect(&http).await?;
+            job_status(&mut client, "job").await
+        })
+        .await
+        .expect("the watch's calls give up after CALL_TIMEOUT");
+        assert!(status.is_none(), "no scheduler answered: {status:?}");
+        held.abort();
+    }
 
     #[test]
     fn the_job_comes_from_the_task_identity() {

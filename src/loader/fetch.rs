@@ -16,7 +16,9 @@
 //! - a partition is handed over whole or not at all: a failure part-way (a
 //!   GET that fails after the prefetch's own retries, a store that goes away)
 //!   drops what was read and fetches the whole partition again, up to
-//!   [`ATTEMPTS`] times, so no row is delivered twice or dropped;
+//!   [`ATTEMPTS`] times, so no row is delivered twice or dropped; only an
+//!   error that may heal ([`Error::may_heal`]) is tried again: a missing
+//!   object, a refused request or a UDF's own error fails at once;
 //! - the partition's bytes are charged to the session's memory pool for as
 //!   long as its [`PartitionData`] lives.
 
@@ -80,7 +82,7 @@ pub(crate) async fn fetch(plan: &EpochPlan, index: usize) -> Result<PartitionDat
     let batches = loop {
         match fetch_once(spec, plan.epoch, info.source_partition).await {
             Ok(b) => break b,
-            Err(e) if attempt < ATTEMPTS && retryable(&e) => {
+            Err(e) if attempt < ATTEMPTS && e.may_heal() => {
                 tokio::time::sleep(Duration::from_millis(20 << attempt)).await;
                 attempt += 1;
             }
@@ -96,18 +98,6 @@ pub(crate) async fn fetch(plan: &EpochPlan, index: usize) -> Result<PartitionDat
         bytes,
         _reservation: reservation,
     })
-}
-
-/// Errors of the input or of the plan never heal; storage and I/O may.
-fn retryable(e: &Error) -> bool {
-    match e {
-        Error::Setting { .. } | Error::Plan(_) | Error::Dataset(_) | Error::Syntax(_) => false,
-        Error::DataFusion(df) => !matches!(
-            df.as_ref(),
-            datafusion::error::DataFusionError::ResourcesExhausted(_)
-        ),
-        _ => true,
-    }
 }
 
 async fn fetch_once(spec: &Spec, epoch: u64, source_partition: usize) -> Result<Vec<RecordBatch>> {

@@ -298,46 +298,12 @@ pub(crate) fn valid_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
 }
 
-/// `"500ms"`, `"30s"`, `"5m"`, `"2h"`, `"1d"`, or plain seconds (`"10"`).
-pub fn parse_duration(text: &str) -> std::result::Result<Duration, String> {
-    let t = text.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration (e.g. 500ms, 30s, 5m, 2h, 1d)"))?;
-    let ms = match unit.trim() {
-        "ms" => n,
-        "" | "s" => n * 1000,
-        "m" => n * 60_000,
-        "h" => n * 3_600_000,
-        "d" => n * 86_400_000,
-        other => {
-            return Err(format!(
-                "unknown unit {other:?} in {text:?} (use ms, s, m, h or d)"
-            ));
-        }
-    };
-    if ms == 0 {
-        return Err(format!("{text:?}: the interval must be > 0"));
-    }
-    Ok(Duration::from_millis(ms))
-}
+/// Durations are read as settings read them.
+pub use crate::settings::parse_duration;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration("10"), Ok(Duration::from_secs(10)));
-        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
-        assert!(parse_duration("0s").is_err());
-        assert!(parse_duration("5y").is_err());
-        assert!(parse_duration("s").is_err());
-    }
 
     #[test]
     fn unknown_keys_are_located() {

@@ -3,8 +3,14 @@
 //!
 //! Guarantees: an expansion is streamed in batches of at most `batch_size` rows
 //! and never held whole (each running generator has a channel of two batches);
-//! up to `parallel` rows expand at once on the UDF pool; dropping the stream
-//! aborts every running generator.
+//! up to `parallel` rows per partition are expanding, and at most `parallel`
+//! generators of the UDF (across its partitions) compute at once on the UDF
+//! pool. A generator holds one of those slots only while it produces a batch
+//! its channel has room for, never while it waits for its consumer: under
+//! `ordered = true` only the head expansion of a partition is drained, so
+//! slots held by waiting generators could otherwise all be taken while every
+//! partition's head waits for one (a deadlock). Dropping the stream aborts
+//! every running generator.
 //!
 //! Order: with `ordered = true` expansions are emitted whole, one after the
 //! other in input order, so the output keeps the input's order and declares it
@@ -278,11 +284,19 @@ impl GenState {
         );
         let max_rows = call.batch_size;
         let task = crate::runtime::spawn_on(&tokio::runtime::Handle::current(), async move {
-            call.run(source, async move {
-                let mut outputs = udf.generate(params, max_rows);
-                while let Some(item) = outputs.next().await {
-                    if tx.send(item).await.is_err() {
-                        break;
+            let slots = Arc::clone(call.slots());
+            call.run_stepwise(source, async move {
+                let mut outputs = {
+                    let _slot = slots.acquire().await;
+                    udf.generate(params, max_rows)
+                };
+                // Room in the channel first, then a slot for the next batch:
+                // a generator waiting for its consumer holds no slot.
+                while let Ok(room) = tx.reserve().await {
+                    let _slot = slots.acquire().await;
+                    match outputs.next().await {
+                        Some(item) => room.send(item),
+                        None => break,
                     }
                 }
                 Ok(())

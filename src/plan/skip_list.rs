@@ -2,7 +2,8 @@
 //!
 //! Guarantees: at most `limit` entries are listed (the first ones recorded) and
 //! every drop is counted, so a run that skips millions of rows holds a
-//! thousand strings, not millions.
+//! thousand strings, not millions. Entries are redacted
+//! ([`redact`](crate::util::redact::redact)).
 
 use std::sync::Mutex;
 
@@ -38,12 +39,15 @@ impl SkipList {
         }
     }
 
-    /// Records one dropped row, listed if the list has room.
+    /// Records one dropped row, listed (redacted: a presigned URL's
+    /// signature is masked) if the list has room.
     pub fn push(&self, what: String) {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         inner.total += 1;
         if inner.listed.len() < self.limit {
-            inner.listed.push(what);
+            inner
+                .listed
+                .push(crate::util::redact::redact(&what).into_owned());
         }
     }
 

@@ -4,7 +4,8 @@
 //! failures become errors naming the UDF, the file and the row.
 //!
 //! Guarantees: at most `parallel` calls of one UDF run at once across all its
-//! partitions; a call's future is aborted when it is dropped (and so when the
+//! partitions (a generator counts while it produces, not while it waits for
+//! its consumer); a call's future is aborted when it is dropped (and so when the
 //! operator's stream is); a panicking UDF fails its call with an error, never
 //! unwinds into the query.
 
@@ -171,10 +172,37 @@ impl UdfCall {
         F: Future<Output = Result<T, CallError>> + Send + 'static,
     {
         let slots = Arc::clone(&self.slots);
-        let task = spawn_udf(async move {
+        self.run_stepwise(source, async move {
             let _slot = slots.acquire_owned().await;
-            with_file_source(source, fut).await
-        });
+            fut.await
+        })
+        .await
+    }
+
+    /// The UDF's `parallel` slots, shared by all its partitions: a call run
+    /// with [`run_stepwise`](Self::run_stepwise) holds one while it computes.
+    pub fn slots(&self) -> &Arc<Semaphore> {
+        &self.slots
+    }
+
+    /// Runs `fut` on the UDF pool as [`run`](Self::run) does, but takes no
+    /// slot for it: `fut` holds one of [`slots`](Self::slots) for each step
+    /// of its work and none while it waits for its consumer (a generator
+    /// whose channel is full), so that slots are never all held by calls
+    /// nobody drains.
+    ///
+    /// # Cancel safety
+    /// Dropping the returned future aborts the call.
+    pub async fn run_stepwise<T, F>(
+        &self,
+        source: Arc<dyn FileSource>,
+        fut: F,
+    ) -> Result<T, Failure>
+    where
+        T: Send + 'static,
+        F: Future<Output = Result<T, CallError>> + Send + 'static,
+    {
+        let task = spawn_udf(with_file_source(source, fut));
         match task.await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(Failure {

@@ -12,6 +12,10 @@
 //! rows listed so far. Sampling runs in the caller's task: no task
 //! is spawned, dropping the future stops both run and timer.
 //!
+//! A cluster job whose scheduler has no executor registered shows "waiting
+//! for an executor" on the first line (the `waiting_for_executor` gauge of
+//! its `JobExec`) until one registers or the job gives up.
+//!
 //! [`Display`] draws a [`Progress`] on stderr (indicatif: one line of
 //! listing/fetch counters, one line per UDF operator) only when stderr is a
 //! terminal and the `CI` environment variable is unset; [`Progress::summary`]
@@ -55,6 +59,8 @@ pub struct Progress {
     pub eta: Option<Duration>,
     /// The run has ended (the last sample of [`watch`]).
     pub finished: bool,
+    /// A cluster job waits: its scheduler has no executor registered.
+    pub waiting_for_executor: bool,
 }
 
 /// One UDF operator's progress.
@@ -119,6 +125,9 @@ impl Progress {
     fn visit(&mut self, plan: &Arc<dyn ExecutionPlan>) {
         let m = metrics(plan.as_ref());
         let p = plan.as_ref();
+        if p.name() == "JobExec" {
+            self.waiting_for_executor |= m.get("waiting_for_executor") > 0;
+        }
         if p.name() == "ListingExec" {
             self.has_listing = true;
             self.files_listed += m.get("files_listed");
@@ -213,6 +222,9 @@ impl Progress {
         }
         if let Some(eta) = self.eta {
             first.push_str(&format!("  ETA {}", duration(eta)));
+        }
+        if self.waiting_for_executor {
+            first.push_str("  waiting for an executor");
         }
         let mut lines = vec![first];
         for u in &self.udfs {
@@ -427,6 +439,7 @@ mod tests {
             cache_hits: 0,
             eta: Some(Duration::from_millis(1500)),
             finished: false,
+            waiting_for_executor: false,
         }
     }
 
@@ -443,6 +456,20 @@ mod tests {
         assert_eq!(bare.summary(1), "1 row in 2m 05s");
         assert!(bare.is_long() && sample().is_long());
         assert!(!Progress::default().is_long());
+    }
+
+    #[test]
+    fn a_job_without_an_executor_says_so_on_the_first_line() {
+        assert!(!sample().lines()[0].contains("waiting"));
+        let waiting = Progress {
+            waiting_for_executor: true,
+            ..sample()
+        };
+        assert!(
+            waiting.lines()[0].ends_with("  waiting for an executor"),
+            "{:?}",
+            waiting.lines()
+        );
     }
 
     #[test]

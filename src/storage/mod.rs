@@ -22,6 +22,7 @@ mod explain;
 mod listing;
 mod location;
 mod open;
+mod plain_http;
 mod s3;
 
 pub use download::{Changed, Downloaded, Pin, download_bytes, download_to, is_transient};

@@ -92,9 +92,11 @@ fn build_store(loc: &Location, options: &BTreeMap<String, String>) -> Result<Arc
             Arc::new(b.build().map_err(err)?)
         }
         // An http:// URI is a plain-HTTP server by the user's own choice.
+        // Permanent answers of plain servers are not retried (see `plain_http`).
         "http" | "https" => Arc::new(
             HttpBuilder::new()
                 .with_url(url)
+                .with_http_connector(super::plain_http::PlainHttp)
                 .with_client_options(
                     ClientOptions::new().with_allow_http(loc.store_url.scheme() == "http"),
                 )

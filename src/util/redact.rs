@@ -5,7 +5,10 @@
 //! Known secrets are the values of credential-like storage options given to
 //! [`Settings`](crate::Settings) (registered by [`register_option`]), the values of
 //! credential-like `AWS_*` / `AZURE_*` / `GOOGLE_*` environment variables (read
-//! once), and the password of any `scheme://user:password@host` URL in the text.
+//! once), the password of any `scheme://user:password@host` URL in the text, and
+//! the value of every credential-like query parameter of a presigned URL
+//! (`X-Amz-Signature=`, `X-Amz-Credential=`, `X-Amz-Security-Token=`,
+//! `X-Goog-Signature=`, Azure SAS `sig=`, ...: [`is_secret_query_name`]).
 //! Values shorter than [`MIN_SECRET_LEN`] are not registered: redacting a
 //! two-letter "secret" everywhere would garble output without protecting anything.
 
@@ -58,6 +61,19 @@ pub fn is_secret_name(name: &str) -> bool {
     .any(|w| lower.contains(w))
 }
 
+/// Query parameters whose values are secret although [`is_secret_name`] does
+/// not say so: Azure SAS's signature.
+const SECRET_QUERY_NAMES: &[&str] = &["sig"];
+
+/// Whether a URL query parameter carries a credential (`X-Amz-Signature`,
+/// `X-Amz-Security-Token`, `X-Goog-Credential`, `sig`, `token`, ...).
+pub fn is_secret_query_name(name: &str) -> bool {
+    is_secret_name(&name.replace('-', "_"))
+        || SECRET_QUERY_NAMES
+            .iter()
+            .any(|n| n.eq_ignore_ascii_case(name))
+}
+
 /// Registers the value of a storage option if its name names a credential.
 pub fn register_option(name: &str, value: &str) {
     if is_secret_name(name) {
@@ -90,10 +106,55 @@ pub fn redact(text: &str) -> Cow<'_, str> {
             }
         }
     }
-    match mask_url_passwords(&out) {
+    if let Some(masked) = mask_url_passwords(&out) {
+        out = Cow::Owned(masked);
+    }
+    match mask_query_secrets(&out) {
         Some(masked) => Cow::Owned(masked),
         None => out,
     }
+}
+
+/// Replaces the value of each `?name=value` / `&name=value` whose name
+/// [`is_secret_query_name`]; `None` if there is none.
+fn mask_query_secrets(text: &str) -> Option<String> {
+    let mut out = String::new();
+    let mut rest = text;
+    let mut changed = false;
+    while let Some(i) = rest.find(['?', '&']) {
+        let (head, tail) = rest.split_at(i + 1);
+        out.push_str(head);
+        rest = tail;
+        let name_len = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+            .unwrap_or(tail.len());
+        let (name, after) = tail.split_at(name_len);
+        let Some(value) = after.strip_prefix('=') else {
+            continue;
+        };
+        if name.is_empty() || !is_secret_query_name(name) {
+            continue;
+        }
+        // The value ends where the parameter, the URL or a quoted text does.
+        let end = value
+            .find(|c: char| {
+                c.is_whitespace()
+                    || matches!(
+                        c,
+                        '&' | '#' | '"' | '\'' | '`' | '\\' | ')' | ']' | '>' | ';' | ','
+                    )
+            })
+            .unwrap_or(value.len());
+        if end > 0 {
+            out.push_str(name);
+            out.push('=');
+            out.push_str(MASK);
+            rest = &value[end..];
+            changed = true;
+        }
+    }
+    out.push_str(rest);
+    changed.then_some(out)
 }
 
 /// Replaces the password of each `scheme://user:password@` in `text`; `None` if
@@ -180,6 +241,33 @@ mod tests {
         );
         assert_eq!(redact("no url here: a:b@c"), "no url here: a:b@c");
         assert_eq!(redact("trailing ://"), "trailing ://");
+    }
+
+    #[test]
+    fn presigned_url_credentials_are_masked() {
+        let s3 = "GET https://b.s3.amazonaws.com/k/f.tar?X-Amz-Algorithm=AWS4-HMAC-SHA256\
+                  &X-Amz-Credential=AKIAEXAMPLE%2F20260101%2Fus-east-1%2Fs3%2Faws4_request\
+                  &X-Amz-Date=20260101T000000Z&X-Amz-Expires=3600&X-Amz-SignedHeaders=host\
+                  &X-Amz-Security-Token=IQoJb3JpZ2luX2VjE&X-Amz-Signature=0123abcd failed";
+        assert_eq!(
+            redact(s3),
+            "GET https://b.s3.amazonaws.com/k/f.tar?X-Amz-Algorithm=AWS4-HMAC-SHA256\
+             &X-Amz-Credential=***&X-Amz-Date=20260101T000000Z&X-Amz-Expires=3600\
+             &X-Amz-SignedHeaders=host&X-Amz-Security-Token=***&X-Amz-Signature=*** failed"
+        );
+        assert_eq!(
+            redact(
+                "'https://a.blob.core.windows.net/c/f?sv=2022-11-02&se=2026&sp=r&sig=AbC%2Bd%3D'"
+            ),
+            "'https://a.blob.core.windows.net/c/f?sv=2022-11-02&se=2026&sp=r&sig=***'"
+        );
+        assert_eq!(
+            redact("https://storage.googleapis.com/b/o?X-Goog-Signature=ff00#frag"),
+            "https://storage.googleapis.com/b/o?X-Goog-Signature=***#frag"
+        );
+        for kept in ["a?b=c&d=e", "what? & why=", "x?sig", "x?sig=&y=1"] {
+            assert_eq!(redact(kept), kept);
+        }
     }
 
     #[test]

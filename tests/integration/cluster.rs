@@ -1026,3 +1026,48 @@ async fn calls_after_the_drop(count: &impl Fn() -> usize) -> (usize, usize) {
     eprintln!("calls: {at_drop} at the drop, {after_cancel} 1.5 s later, {later} 3.5 s later");
     (after_cancel, later)
 }
+
+/// Issue 21: a query on a cluster whose scheduler has no executor. Run by
+/// the CLI in a pseudo-terminal (util-linux `script`), where the live display
+/// draws: it says "waiting for an executor", and after
+/// `cluster_executor_timeout` the query fails with an error saying so
+/// (before: nothing printed, and no end; the test's bound fails it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_on_a_cluster_without_executors_says_so_and_gives_up() {
+    let dir = tempfile::tempdir().expect("dir");
+    let port = free_port();
+    let _scheduler = Child::scheduler(port);
+    let quote = |s: &str| format!("'{}'", s.replace('\'', r"'\''"));
+    let cmd = [
+        env!("CARGO_BIN_EXE_udfchain"),
+        "--root",
+        dir.path().to_str().expect("utf8 dir"),
+        "--cluster",
+        &format!("df://127.0.0.1:{port}"),
+        "--set",
+        "cluster_executor_timeout=3s",
+        "query",
+        "SELECT 1 AS one",
+    ]
+    .map(quote)
+    .join(" ");
+    let run = tokio::task::spawn_blocking(move || {
+        Command::new("script")
+            .args(["-qfec", &cmd, "/dev/null"])
+            .stdin(Stdio::null())
+            .env_remove("CI")
+            .output()
+            .expect("util-linux `script` runs the CLI in a pty")
+    });
+    let out = tokio::time::timeout(Duration::from_secs(120), run)
+        .await
+        .expect("the query ends although no executor ever registers")
+        .expect("join");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains("waiting for an executor"), "{text}");
+    assert!(
+        text.contains("no executor registered at the scheduler for 3s (cluster_executor_timeout)"),
+        "{text}"
+    );
+}

@@ -598,3 +598,34 @@ async fn server_stopped_mid_epoch_gives_every_row_once() {
     names.sort();
     assert_eq!(names, s.names);
 }
+
+/// Issue 21 (item 5, confirmed): a partition whose object is gone (404) was
+/// fetched four times (`ATTEMPTS`) before its error came back; an error that
+/// cannot heal is now returned after one GET of that object, and says what
+/// is missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_object_fails_the_partition_without_retries() {
+    let s = s3_files(6, 100, Duration::ZERO, |s| s).await;
+    let gone = s.names[2].clone();
+    std::fs::remove_file(s.server.bucket_dir().join(&gone)).expect("remove");
+    let loader = Loader::from_dataset("files")
+        .in_session(Arc::clone(&s.session))
+        .partition_rows(3)
+        .with_bytes("file", "data");
+    let mut stream = loader.epoch(0).await.expect("epoch");
+    let mut failure = None;
+    while let Some(b) = stream.next().await {
+        if let Err(e) = b {
+            failure = Some(e);
+            break;
+        }
+    }
+    let e = failure.expect("the missing object fails its partition");
+    assert!(!e.may_heal(), "{e}");
+    assert!(e.to_string().contains(&gone), "{e}");
+    assert_eq!(
+        s.counting.get_starts(&gone).len(),
+        1,
+        "one GET, no retry: {e}"
+    );
+}

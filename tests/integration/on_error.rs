@@ -938,3 +938,67 @@ async fn skip_lists_are_bounded_and_the_overflow_counted() {
     assert_eq!(report.skipped_unlisted, skipped - 1_000);
     assert_eq!(report.metric("MapExec", "skipped_rows"), skipped);
 }
+
+/// Issue 21 (item 5, confirmed): under `on_error = skip` with `cache = true`,
+/// a row dropped because its second file failed to download gave back its
+/// first file through the temp cache only, so that file's shared-cache pin
+/// stayed held until the stream ended. Here `K` such rows come first; when
+/// the last row's UDF runs, a prune of the whole cache may remove every
+/// entry but the pinned ones (the window's few rows): before the fix the `K`
+/// skipped rows' files were all still pinned and stayed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_skipped_under_cache_release_their_shared_cache_pins_at_once() {
+    const K: usize = 10;
+    const GOOD: usize = 6;
+    let names: Vec<String> = (0..K + 2 * GOOD).map(|i| format!("p{i}.bin")).collect();
+    let objects: Vec<(&str, usize)> = names.iter().map(|n| (n.as_str(), 200)).collect();
+    let fx = Fixture::new(&objects);
+    let f = |i: usize| file(&names[i], 200);
+    let mut rows: Vec<Row> = (0..K)
+        .map(|i| Row {
+            id: i as u64,
+            key: "k".into(),
+            a: f(i),
+            b: file(&format!("gone{i}.bin"), 100),
+        })
+        .collect();
+    rows.extend((0..GOOD).map(|j| Row {
+        id: (K + j) as u64,
+        key: "k".into(),
+        a: f(K + 2 * j),
+        b: f(K + 2 * j + 1),
+    }));
+    let cache_dir = fx.root.path().join("cache");
+    let last = (K + GOOD - 1) as u64;
+    let left: Arc<Mutex<Option<u64>>> = Arc::default();
+    let seen = Arc::clone(&left);
+    let chain = Chain::from_values_in(Arc::clone(&fx.session), &rows)
+        .settings(
+            Settings::new()
+                .prefetch(2)
+                .parallel(1)
+                .cache(true)
+                .on_error(OnError::Skip),
+        )
+        .map_on(&["id", "a", "b"], "v", move |p: Pair| {
+            let (cache_dir, seen) = (cache_dir.clone(), Arc::clone(&seen));
+            async move {
+                let n = total(&p).await?;
+                if p.id == last {
+                    let cache = udfchain::cache::SharedCache::open(&cache_dir, None)?;
+                    cache.prune_to(0)?;
+                    *seen.lock().expect("lock") = Some(cache.du()?.files);
+                }
+                Ok::<u64, BoxError>(n)
+            }
+        });
+    let (batches, report) = chain.collect_with_report().await.expect("run");
+    let kept: usize = batches.iter().map(|b| b.num_rows()).sum();
+    assert_eq!(kept, GOOD);
+    assert_eq!(report.skipped.len(), K);
+    let left = left.lock().expect("lock").expect("the last row ran");
+    assert!(
+        (left as usize) < K,
+        "{left} cache entries still pinned while the last row ran: the skipped rows' pins were kept"
+    );
+}

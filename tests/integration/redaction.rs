@@ -237,3 +237,83 @@ async fn the_rust_api_does_not_echo_a_secret_setting() {
     assert!(explained.contains("Udf"), "{explained}");
     assert!(!explained.contains(secret), "{explained}");
 }
+
+/// Issue 21 (item 5, confirmed): a presigned URL's credentials in a file's
+/// path (`X-Amz-Credential`, `X-Amz-Signature`) reached error texts, skip
+/// lists and the saved dataset's record unmasked. Now neither the Rust API's
+/// error text and skip lists (a missing file, read by the UDF or by the
+/// prefetch) nor the CLI's error and catalog shows them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_presigned_urls_credentials_reach_no_error_skip_list_or_catalog() {
+    use udfchain::{OnError, Settings};
+    const SIG: &str = "5ec2e75190a7b2e0f5ig";
+    const CRED: &str = "AKIAPRESIGNEDEXAMPLE";
+    let data = tempfile::tempdir().expect("data");
+    let query = format!("X-Amz-Credential={CRED}%2F20260101&X-Amz-Signature={SIG}");
+    #[derive(serde::Serialize, serde::Deserialize)]
+    struct Row {
+        file: File,
+    }
+    let rows = [Row {
+        file: File {
+            source: data.path().display().to_string(),
+            path: format!("shard.tar?{query}"),
+            size: 10,
+            ..File::default()
+        },
+    }];
+    let hidden = |text: &str, what: &str| {
+        assert!(
+            !text.contains(SIG) && !text.contains(CRED),
+            "{what}: {text}"
+        );
+        assert!(text.contains("X-Amz-Signature=***"), "{what}: {text}");
+    };
+    for prefetch in [0, 2] {
+        let chain = |policy| {
+            Chain::from_values(&rows)
+                .settings(Settings::new().prefetch(prefetch).on_error(policy))
+                .map("n", |f: File| async move {
+                    f.read().await.map(|b| b.len() as u64)
+                })
+        };
+        let err = chain(OnError::Fail).collect().await.expect_err("missing");
+        hidden(&err.to_string(), &format!("prefetch {prefetch}: the error"));
+        let (_, report) = chain(OnError::Skip)
+            .collect_with_report()
+            .await
+            .expect("skipped");
+        assert_eq!(report.skipped.len(), 1, "prefetch {prefetch}");
+        hidden(
+            &report.skipped[0],
+            &format!("prefetch {prefetch}: the skip list"),
+        );
+    }
+
+    // The CLI: a failing query, and a dataset saved from a query naming the URL.
+    let root = tempfile::tempdir().expect("root");
+    let url = format!("https://b.s3.amazonaws.com/k/shard.tar?{query}");
+    let bad = format!(
+        "SELECT * FROM read_storage('{}/none?{query}')",
+        data.path().display()
+    );
+    let out = udfchain(root.path(), &["query", &bad], &[]);
+    assert!(!out.status.success());
+    assert_not_echoed(&out, SIG, "a failing query");
+    let save = format!("CREATE DATASET presigned AS SELECT '{url}' AS u");
+    let out = udfchain(root.path(), &["query", &save], &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = udfchain(root.path(), &["datasets", "info", "presigned"], &[]);
+    assert!(out.status.success());
+    assert_not_echoed(&out, SIG, "datasets info");
+    let catalog = std::fs::read(root.path().join("catalog.sqlite")).expect("catalog");
+    let catalog = String::from_utf8_lossy(&catalog);
+    assert!(
+        !catalog.contains(SIG) && !catalog.contains(CRED),
+        "the catalog stores the signature"
+    );
+}

@@ -514,3 +514,125 @@ fn the_cli_reaches_an_http_endpoint_without_allow_http() {
         "{stderr}"
     );
 }
+
+/// Python's `http.server` (a real process) serving `dir` on 127.0.0.1: no
+/// WebDAV (`PROPFIND` is 501), no `Range` (a ranged GET gets the whole
+/// file). Its request log (stderr) is kept to count requests.
+struct PythonHttp {
+    child: std::process::Child,
+    url: String,
+    log: PathBuf,
+}
+
+impl PythonHttp {
+    async fn start(dir: &Path, log: PathBuf) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        let child = Command::new("python3")
+            .args(["-m", "http.server", "--bind", "127.0.0.1"])
+            .arg(port.to_string())
+            .arg("--directory")
+            .arg(dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log file"))
+            .spawn()
+            .expect("python3 -m http.server");
+        // Killed and reaped when dropped, also if it does not start.
+        let server = Self {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+            log,
+        };
+        for _ in 0..200 {
+            if tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+            {
+                return server;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("python3 -m http.server did not start on port {port}");
+    }
+
+    /// Requests logged whose request line starts with `method`.
+    fn requests(&self, method: &str) -> usize {
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        log.matches(&format!("\"{method} /")).count()
+    }
+}
+
+impl Drop for PythonHttp {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Issue 21: a server without `PROPFIND` or `Range` answers 501 (or ignores
+/// the range). Before, the listing's 501 was asked again ten times over
+/// seconds and the error was object_store's with the server's HTML page.
+/// Now: one `PROPFIND`, and an error saying listing needs WebDAV; a ranged
+/// read is one GET, failing with an error saying reads need `Range`; a
+/// whole read still works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_http_server_is_asked_once_and_the_error_says_what_it_lacks() {
+    let dir = tempfile::tempdir().expect("dir");
+    std::fs::write(dir.path().join("a.bin"), content(0, 100)).expect("write");
+    let server = PythonHttp::start(dir.path(), dir.path().join("requests.log")).await;
+
+    let listed = Session::new()
+        .from_storage(&format!("{}/", server.url))
+        .collect()
+        .await
+        .expect_err("no WebDAV: no listing");
+    let text = listed.to_string();
+    assert!(text.contains("PROPFIND") && text.contains("501"), "{text}");
+    assert!(text.contains("WebDAV"), "{text}");
+    assert!(
+        !text.contains("<html") && !text.contains("<!DOCTYPE"),
+        "{text}"
+    );
+    assert_eq!(server.requests("PROPFIND"), 1, "no retry of a 501: {text}");
+
+    #[derive(serde::Serialize, serde::Deserialize)]
+    struct Row {
+        file: File,
+    }
+    let rows = [Row {
+        file: File {
+            source: server.url.clone(),
+            path: "a.bin".into(),
+            size: 100,
+            ..File::default()
+        },
+    }];
+    let chain = |range: bool| {
+        udfchain::Chain::from_values(&rows)
+            .settings(Settings::new().prefetch(0))
+            .map("n", move |f: File| async move {
+                let bytes = if range {
+                    f.read_range(10..20).await?
+                } else {
+                    f.read().await?
+                };
+                Ok::<u64, udfchain::udfs::UdfError>(bytes.len() as u64)
+            })
+    };
+    let whole = chain(false)
+        .collect()
+        .await
+        .expect("a whole read needs no Range");
+    assert_eq!(whole.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
+    let gets = server.requests("GET");
+    let ranged = chain(true).collect().await.expect_err("no Range");
+    let text = ranged.to_string();
+    assert!(text.contains("Range"), "{text}");
+    assert_eq!(
+        server.requests("GET") - gets,
+        1,
+        "one GET, no retry: {text}"
+    );
+}

@@ -342,3 +342,32 @@ async fn map_on_several_columns_reads_a_struct() {
     let got: Vec<_> = rows.into_iter().map(|r| r.out).collect();
     assert_eq!(got, vec!["x1", "yy2"]);
 }
+
+/// Issue 21: `gen` over a union (two input partitions sharing the UDF's
+/// `parallel` slots) with expansions larger than a job's channel. Before the
+/// fix, slots could all be held by jobs blocked on full channels while each
+/// partition drained only its head job (waiting for a slot): no row, ever.
+/// Whether the first jobs to take the slots are heads is a race, so the run
+/// is repeated (before the fix, 1 run in 2 to 4 deadlocked here); the
+/// timeout makes a deadlock fail the test instead of hanging it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gen_over_a_union_of_two_partitions_streams_every_row() {
+    let rows: Vec<Count> = (0..6).map(|_| Count { n: 200 }).collect();
+    let side = || {
+        Chain::new()
+            .settings(Settings::new().parallel(2).batch_size(4))
+            .from_values(&rows)
+    };
+    for run in 0..20 {
+        let chain = side().union(side()).gen_on(&["n"], "x", |n: u64| {
+            stream::iter((0..n).map(Ok::<u64, std::io::Error>))
+        });
+        let batches = tokio::time::timeout(std::time::Duration::from_secs(30), chain.collect())
+            .await
+            .unwrap_or_else(|_| panic!("run {run}: the generator deadlocked (no result in 30 s)"))
+            .expect("run");
+        let total: usize = batches.iter().map(|b| b.num_rows()).sum();
+        assert_eq!(total, 12 * 200, "run {run}");
+        assert!(batches.iter().all(|b| b.num_rows() <= 4), "run {run}");
+    }
+}

@@ -6,7 +6,8 @@
 //! Guarantees: a row is passed on only when every `File` in it has a complete
 //! local copy (a temp copy, or a pinned shared-cache entry), each holding
 //! exactly one reference for the row, released by the UDF when the row is done;
-//! a row dropped under `skip` releases the copies it took; under `null` the
+//! a row dropped under `skip` releases the copies it took at once (its
+//! shared-cache pins included); under `null` the
 //! failed file holds a placeholder and its other files are still fetched.
 
 use std::collections::HashMap;
@@ -119,8 +120,10 @@ impl Downloads {
                 Err(e) => match self.on_error {
                     OnError::Fail => return Err(e.into_df()),
                     OnError::Skip => {
+                        // Through the window's pins: a copy in the shared
+                        // cache is released there, any other in the temp cache.
                         for f in &held {
-                            self.temp.release(f);
+                            self.pins.release(f);
                         }
                         self.metrics.skipped_files.add(1);
                         self.skipped.push(file.url());
@@ -153,7 +156,7 @@ impl Downloads {
     pub(super) fn unpin(&self) {
         let old = self.pinned.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(old) = old {
-            self.temp.release(&old);
+            self.pins.release(&old);
         }
     }
 
