@@ -15,8 +15,7 @@ use udfchain::{Session, Settings, col};
 /// Reads a sample's label and caption.
 async fn describe(sample: Sample) -> Result<(String, String), udfchain::udfs::UdfError> {
     let (mut label, mut caption) = (String::new(), String::new());
-    for m in &sample.members {
-        let name = m.member().map(|x| x.name).unwrap_or_default();
+    for (m, name) in sample.members.iter().zip(&sample.names) {
         let text = m.read_text().await?;
         if name.ends_with(".cls") {
             label = text;

@@ -66,6 +66,7 @@ impl UdfRegistry {
             );
         }
         r.register_gen("tar_members", udfchain_udfs::builtins::tar_members)
+            .register_gen("tar_entries", udfchain_udfs::builtins::tar_entries)
             .register_gen(
                 "webdataset_samples",
                 udfchain_udfs::builtins::webdataset_samples,

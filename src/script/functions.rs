@@ -1,10 +1,12 @@
 //! Table functions of scripts: `read_storage('uri' [, 'glob'])`,
 //! `read_dataset('name' [, version])`, `read_parquet/read_csv/read_json('uri')`,
-//! and the generator forms `tar_members('uri' [, 'glob'])` (one row per member of
-//! each tar archive under the URI) and `webdataset('uri' [, 'glob'])` (one row
-//! per sample: the members sharing a key) and `parquet_rows('uri' [, 'glob'])`
-//! (the rows of every Parquet file, as a struct column `row`), with the same
-//! `PrefetchExec` as from Rust.
+//! and the generator forms `tar_members('uri' [, 'glob'])` (one row per regular
+//! member of each tar archive under the URI: columns `file`, the archive;
+//! `member`, the member as a `File`; `name`, its path inside the archive) and
+//! `webdataset('uri' [, 'glob'])` (one row per sample: `file` and `sample`, a
+//! struct of `key`, `members` and `names`, the members sharing a key and their
+//! names) and `parquet_rows('uri' [, 'glob'])` (the rows of every Parquet file,
+//! as a struct column `row`), with the same `PrefetchExec` as from Rust.
 //!
 //! Table functions are synchronous in DataFusion; the ones that must read a
 //! schema (Parquet, CSV, JSON, datasets) block in place, so scripts run on a
@@ -16,9 +18,11 @@ use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
 use datafusion::datasource::{ViewTable, provider_as_source};
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::SessionState;
+use datafusion::functions::core::expr_fn::get_field;
 use datafusion::logical_expr::{Expr, LogicalPlanBuilder};
+use datafusion::prelude::col;
 use datafusion::prelude::{CsvReadOptions, JsonReadOptions, ParquetReadOptions, SessionContext};
-use udfchain_udfs::builtins::{ParquetRows, parquet_schema, tar_members, webdataset_samples};
+use udfchain_udfs::builtins::{ParquetRows, parquet_schema, tar_entries, webdataset_samples};
 use udfchain_udfs::gen_fn;
 
 use crate::cache::StoreSource;
@@ -142,14 +146,25 @@ impl TableFunctionImpl for TableFn {
                 if let Kind::Storage = self.kind {
                     return Ok(Arc::new(table));
                 }
-                let udf = match self.kind {
-                    Kind::WebDataset => gen_fn(&["file"], "sample", webdataset_samples),
-                    _ => gen_fn(&["file"], "member", tar_members),
+                let plan_err = |e: udfchain_udfs::UdfError| DataFusionError::Plan(e.to_string());
+                if let Kind::WebDataset = self.kind {
+                    let udf = gen_fn(&["file"], "sample", webdataset_samples).map_err(plan_err)?;
+                    let node = UdfNode::try_new(scan, UdfKind::Gen(udf), settings)
+                        .map_err(Error::into_df)?;
+                    return Ok(Arc::new(ViewTable::new(node.into_plan(), None)));
                 }
-                .map_err(|e| DataFusionError::Plan(e.to_string()))?;
+                // One row per member: the entry struct split into `member` and `name`.
+                let udf = gen_fn(&["file"], "entry", tar_entries).map_err(plan_err)?;
                 let node =
                     UdfNode::try_new(scan, UdfKind::Gen(udf), settings).map_err(Error::into_df)?;
-                Ok(Arc::new(ViewTable::new(node.into_plan(), None)))
+                let plan = LogicalPlanBuilder::from(node.into_plan())
+                    .project([
+                        col("file"),
+                        get_field(col("entry"), "member").alias("member"),
+                        get_field(col("entry"), "name").alias("name"),
+                    ])?
+                    .build()?;
+                Ok(Arc::new(ViewTable::new(plan, None)))
             }
             Kind::ParquetRows => {
                 let glob =

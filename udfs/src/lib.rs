@@ -37,6 +37,8 @@ mod codec;
 mod error;
 mod file;
 mod signature;
+#[cfg(test)]
+mod test_source;
 pub mod udf;
 
 pub use codec::{decode_column, decode_rows, encode_column, trace_field};

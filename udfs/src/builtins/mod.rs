@@ -5,8 +5,10 @@ mod file;
 mod image;
 mod parquet;
 mod tar;
+mod webdataset;
 
 pub use file::{file_size, line_count, md5, read_text, sha256};
 pub use image::{ImageSize, image_size};
 pub use parquet::{ParquetRows, parquet_schema};
-pub use tar::{Sample, tar_members, webdataset_samples};
+pub use tar::{MAX_EXTENSION, TarEntry, TarError, tar_entries, tar_members};
+pub use webdataset::{DuplicateSuffix, Grouper, Sample, key_and_suffix, webdataset_samples};

@@ -61,9 +61,12 @@ impl Generator for ParquetRows {
         max_rows: usize,
     ) -> BoxStream<'static, Result<ArrayRef, CallError>> {
         let schema = Arc::clone(&self.schema);
-        let file = decode_column::<File>(input.column(0)).map(|mut f| f.remove(0));
+        let file = decode_column::<File>(input.column(0));
         stream::once(async move {
-            let file = file?;
+            let file = file?
+                .into_iter()
+                .next()
+                .ok_or_else(|| UdfError::Contract("parquet_rows got no row".into()))?;
             let bytes = file.read().await?;
             let bad = |message: String| UdfError::Read {
                 url: file.url(),
@@ -92,5 +95,108 @@ impl Generator for ParquetRows {
         })
         .flatten()
         .boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::array::{Int64Array, RecordBatch, StringArray};
+    use datafusion::arrow::datatypes::Schema;
+    use datafusion::parquet::arrow::ArrowWriter;
+    use datafusion::parquet::file::properties::WriterProperties;
+    use futures::TryStreamExt;
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::codec::encode_column;
+    use crate::test_source::MemorySource;
+
+    /// 300 rows in row groups of 100 (pages of 20), with the page index.
+    fn valid() -> Vec<u8> {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("tag", DataType::Utf8, false),
+        ]));
+        let ids: Vec<i64> = (0..300).collect();
+        let tags: Vec<String> = ids.iter().map(|i| format!("row-{i}")).collect();
+        let batch = RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![
+                Arc::new(Int64Array::from(ids)),
+                Arc::new(StringArray::from(tags)),
+            ],
+        )
+        .expect("batch");
+        let props = WriterProperties::builder()
+            .set_max_row_group_row_count(Some(100))
+            .set_data_page_row_count_limit(20)
+            .build();
+        let mut out = Vec::new();
+        let mut w = ArrowWriter::try_new(&mut out, schema, Some(props)).expect("writer");
+        w.write(&batch).expect("write");
+        w.close().expect("close");
+        out
+    }
+
+    /// The rows `parquet_rows` gives for `bytes` (with the valid file's schema).
+    fn rows(bytes: Vec<u8>) -> Result<usize, String> {
+        let schema = parquet_schema(Bytes::from(valid())).expect("schema");
+        let _ = parquet_schema(Bytes::from(bytes.clone()));
+        let source = MemorySource::new(bytes);
+        let file = source.file();
+        let field = Field::new("file", File::data_type(), false);
+        let column = encode_column(&field, &[file]).expect("file column");
+        let input = RecordBatch::try_from_iter([("file", column)]).expect("input");
+        let udf = ParquetRows::udf("file", "row", schema);
+        let arrays: Vec<ArrayRef> = source
+            .run(udf.generate(input, 64).try_collect())
+            .map_err(|e| e.source.to_string())?;
+        Ok(arrays.iter().map(|a| a.len()).sum())
+    }
+
+    #[test]
+    fn the_valid_file_gives_its_rows() {
+        assert_eq!(rows(valid()), Ok(300));
+        let err = rows(b"PAR1 not really PAR1".to_vec()).expect_err("not parquet");
+        assert!(err.contains("memory:///t/x"), "names the file: {err}");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig {
+            cases: 64,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        })]
+
+        /// Edits mostly in the footer (and page index before it), some
+        /// anywhere, and truncations: rows or an error, never a panic.
+        #[test]
+        fn mutated_parquet_gives_rows_or_an_error(
+            edits in proptest::collection::vec((any::<bool>(), any::<usize>(), any::<u8>()), 1..6),
+            cut in proptest::option::of(any::<usize>()),
+        ) {
+            let mut bytes = valid();
+            let len = bytes.len();
+            for (footer, at, value) in edits {
+                let at = if footer { len - 1 - at % 2048.min(len) } else { at % len };
+                bytes[at] = value;
+            }
+            if let Some(cut) = cut {
+                bytes.truncate(cut % len);
+            }
+            let _ = rows(bytes);
+        }
+
+        #[test]
+        fn arbitrary_bytes_give_rows_or_an_error(
+            head in proptest::collection::vec(any::<u8>(), 0..600),
+            footer_len in any::<u32>(),
+        ) {
+            // Bytes that end like a Parquet file, with any footer length.
+            let mut bytes = head;
+            bytes.extend_from_slice(&footer_len.to_le_bytes());
+            bytes.extend_from_slice(b"PAR1");
+            let _ = rows(bytes);
+        }
     }
 }
