@@ -124,6 +124,13 @@ pub fn from_sql(py: Python<'_>, session: Arc<Session>, sql: String) -> PyResult<
     Ok(of(Chain::from_plan(session, plan)))
 }
 
+impl PyChain {
+    /// The Rust chain (for the loader).
+    pub fn chain(&self) -> &Chain {
+        &self.chain
+    }
+}
+
 #[pymethods]
 impl PyChain {
     fn settings(&self, pairs: Vec<(String, String)>) -> PyResult<PyChain> {

@@ -4,7 +4,7 @@
 //! on, Ctrl-C, fork), `calls` (Python calls from engine threads, interpreter
 //! exit), `arrow` (Arrow across the boundary), `error`; `file` and `udf`
 //! (Python functions as engine UDFs, reading through the engine's file
-//! source); `expr`, `chain` and `sql` (what Python builds and runs).
+//! source); `expr`, `chain`, `sql` and `loader` (what Python builds and runs).
 //! Everything here uses the engine's public API only.
 
 mod arrow;
@@ -13,6 +13,7 @@ mod chain;
 mod error;
 mod expr;
 mod file;
+mod loader;
 mod runtime;
 mod sql;
 mod udf;
@@ -25,6 +26,8 @@ fn _internal(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<chain::PyChain>()?;
     m.add_class::<expr::PyExpr>()?;
     m.add_class::<file::FileAccess>()?;
+    m.add_class::<loader::PyLoader>()?;
+    m.add_class::<loader::Batches>()?;
     m.add_function(wrap_pyfunction!(expr::col, m)?)?;
     m.add_function(wrap_pyfunction!(expr::literal, m)?)?;
     m.add_function(wrap_pyfunction!(expr::aggregate, m)?)?;

@@ -23,12 +23,14 @@ from . import _internal
 from ._chain import Chain, expr
 from ._file import File
 from ._internal import UdfchainError
+from ._loader import Loader
 from ._udf import invoker, output_type, schema_ipc
 
 __all__ = [
     "C",
     "Chain",
     "File",
+    "Loader",
     "UdfchainError",
     "func",
     "query",

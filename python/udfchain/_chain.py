@@ -192,6 +192,13 @@ class Chain:
         ds, version, _rows_written = self._c.save(name)
         return Chain(_internal.read_dataset(ds, version))
 
+    def to_pytorch(self, **kw):
+        """This chain as a training loader (`udfchain.Loader`): a torch
+        IterableDataset when torch imports, a plain iterable otherwise."""
+        from ._loader import Loader
+
+        return Loader(self, **kw)
+
     def to_parquet(self, uri: str) -> None:
         self._c.to_parquet(uri)
 
