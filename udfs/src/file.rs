@@ -231,7 +231,10 @@ pub async fn with_file_source<F: Future>(source: Arc<dyn FileSource>, fut: F) ->
     FILE_SOURCE.scope(source, fut).await
 }
 
-fn current_source() -> Result<Arc<dyn FileSource>, UdfError> {
+/// The source serving `File` reads here: the one [`with_file_source`] installed
+/// around the running UDF call. For UDFs that hand reads to another thread (a
+/// Python UDF's interpreter thread), which the task-local does not reach.
+pub fn current_source() -> Result<Arc<dyn FileSource>, UdfError> {
     FILE_SOURCE
         .try_with(Arc::clone)
         .map_err(|_| UdfError::NoFileSource)

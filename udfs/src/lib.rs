@@ -43,7 +43,7 @@ pub mod udf;
 
 pub use codec::{decode_column, decode_rows, encode_column, trace_field};
 pub use error::{BoxError, CallError, UdfError};
-pub use file::{File, FileReader, FileSource, Member, with_file_source};
+pub use file::{File, FileReader, FileSource, Member, current_source, with_file_source};
 pub use signature::{Signature, check_input_type};
 pub use udf::{Aggregator, BatchMapper, Generator, Mapper, agg_fn, batch_map_fn, gen_fn, map_fn};
 

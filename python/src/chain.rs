@@ -1,0 +1,289 @@
+//! `Chain`: the Rust `udfchain::Chain` seen from Python. The Python class
+//! `udfchain.Chain` (`udfchain/_chain.py`) wraps it with DataChain's names and
+//! turns Python functions into [`PyUdf`]s; this file only forwards.
+//!
+//! Guarantees: building never blocks and never fails (errors come from the
+//! first run, as in Rust); every run releases the GIL and stops at Ctrl-C
+//! (see `runtime::wait`); settings are set by name from text with
+//! `Settings::set`, so Python accepts and refuses exactly what `SET` does.
+
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::Field;
+use datafusion::common::JoinType;
+use datafusion::datasource::{MemTable, provider_as_source};
+use datafusion::logical_expr::LogicalPlanBuilder;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use udfchain::{Chain, Session, Settings};
+
+use crate::arrow::{from_ipc, to_ipc};
+use crate::error::to_py;
+use crate::expr::PyExpr;
+use crate::runtime::{engine, wait};
+use crate::udf::PyUdf;
+
+#[pyclass(frozen, name = "Chain", module = "udfchain._internal")]
+pub struct PyChain {
+    chain: Chain,
+}
+
+fn of(chain: Chain) -> PyChain {
+    PyChain { chain }
+}
+
+/// The settings `(name, text)` pairs give, as `SET name = text` would.
+pub fn settings(pairs: Vec<(String, String)>) -> PyResult<Settings> {
+    pairs
+        .into_iter()
+        .try_fold(Settings::new(), |s, (name, value)| s.set(&name, &value))
+        .map_err(to_py)
+}
+
+/// The output field a UDF declares: the one field of an IPC schema.
+pub fn output_field(schema_ipc: &[u8]) -> PyResult<Field> {
+    let (schema, _) = from_ipc(schema_ipc).map_err(to_py)?;
+    match schema.fields().first() {
+        Some(f) if schema.fields().len() == 1 => Ok(f.as_ref().clone()),
+        _ => Err(PyValueError::new_err(
+            "a UDF declares exactly one output field",
+        )),
+    }
+}
+
+fn bytes<'py>(py: Python<'py>, b: Vec<u8>) -> Bound<'py, PyBytes> {
+    PyBytes::new(py, &b)
+}
+
+#[pyfunction]
+#[pyo3(signature = (uri, recursive=true, glob=None))]
+pub fn read_storage(uri: &str, recursive: bool, glob: Option<&str>) -> PyResult<PyChain> {
+    engine()?;
+    let mut c = Chain::from_storage(uri);
+    if !recursive {
+        c = c.non_recursive();
+    }
+    if let Some(g) = glob {
+        c = c.glob(g);
+    }
+    Ok(of(c))
+}
+
+/// Rows of an Arrow IPC stream (made by pyarrow from Python values).
+#[pyfunction]
+pub fn read_arrow(ipc: &[u8]) -> PyResult<PyChain> {
+    engine()?;
+    let (schema, batches) = from_ipc(ipc).map_err(to_py)?;
+    let table = MemTable::try_new(schema, vec![batches]).map_err(to_py)?;
+    let plan = LogicalPlanBuilder::scan("values", provider_as_source(Arc::new(table)), None)
+        .and_then(|b| b.build())
+        .map_err(to_py)?;
+    Ok(of(Chain::from_plan(Session::global(), plan)))
+}
+
+#[pyfunction]
+pub fn read_parquet(uri: &str) -> PyResult<PyChain> {
+    engine()?;
+    Ok(of(Chain::from_parquet(uri)))
+}
+
+#[pyfunction]
+pub fn read_csv(uri: &str) -> PyResult<PyChain> {
+    engine()?;
+    Ok(of(Chain::from_csv(uri)))
+}
+
+#[pyfunction]
+pub fn read_json(uri: &str) -> PyResult<PyChain> {
+    engine()?;
+    Ok(of(Chain::from_json(uri)))
+}
+
+#[pyfunction]
+#[pyo3(signature = (name, version=None))]
+pub fn read_dataset(name: &str, version: Option<u32>) -> PyResult<PyChain> {
+    engine()?;
+    Ok(of(match version {
+        Some(v) => Chain::from_dataset_version(name, v),
+        None => Chain::from_dataset(name),
+    }))
+}
+
+/// The chain of a SQL query (DataFusion's dialect, udfchain's table
+/// functions and UDFs, the functions registered with `register`).
+pub fn from_sql(py: Python<'_>, session: Arc<Session>, sql: String) -> PyResult<PyChain> {
+    let s = Arc::clone(&session);
+    let plan = wait(py, async move {
+        s.context()
+            .sql(&sql)
+            .await
+            .map(|df| df.into_unoptimized_plan())
+    })?
+    .map_err(to_py)?;
+    Ok(of(Chain::from_plan(session, plan)))
+}
+
+impl PyChain {
+    /// The Rust chain (for the loader).
+    pub fn chain(&self) -> &Chain {
+        &self.chain
+    }
+}
+
+#[pymethods]
+impl PyChain {
+    fn settings(&self, pairs: Vec<(String, String)>) -> PyResult<PyChain> {
+        Ok(of(self.chain.clone().settings(settings(pairs)?)))
+    }
+
+    fn filter(&self, e: PyExpr) -> PyChain {
+        of(self.chain.clone().filter(e.expr))
+    }
+
+    fn select(&self, exprs: Vec<PyExpr>) -> PyChain {
+        of(self.chain.clone().select(exprs.into_iter().map(|e| e.expr)))
+    }
+
+    fn mutate(&self, name: &str, e: PyExpr) -> PyChain {
+        of(self.chain.clone().mutate(name, e.expr))
+    }
+
+    fn order_by(&self, exprs: Vec<PyExpr>) -> PyChain {
+        of(self.chain.clone().order_by(exprs.iter().map(PyExpr::sort)))
+    }
+
+    fn limit(&self, n: usize) -> PyChain {
+        of(self.chain.clone().limit(n))
+    }
+
+    fn offset(&self, n: usize) -> PyChain {
+        of(self.chain.clone().offset(n))
+    }
+
+    fn distinct(&self) -> PyChain {
+        of(self.chain.clone().distinct())
+    }
+
+    fn union(&self, other: &PyChain) -> PyChain {
+        of(self.chain.clone().union(other.chain.clone()))
+    }
+
+    fn join(
+        &self,
+        right: &PyChain,
+        how: &str,
+        left_on: Vec<String>,
+        right_on: Vec<String>,
+    ) -> PyResult<PyChain> {
+        let how = match how {
+            "inner" => JoinType::Inner,
+            "left" => JoinType::Left,
+            "right" => JoinType::Right,
+            "full" | "outer" => JoinType::Full,
+            "semi" | "left_semi" => JoinType::LeftSemi,
+            "anti" | "left_anti" => JoinType::LeftAnti,
+            _ => {
+                return Err(PyValueError::new_err(format!(
+                    "unknown join {how:?}: inner, left, right, full, semi or anti"
+                )));
+            }
+        };
+        let l: Vec<&str> = left_on.iter().map(String::as_str).collect();
+        let r: Vec<&str> = right_on.iter().map(String::as_str).collect();
+        Ok(of(self.chain.clone().join(
+            right.chain.clone(),
+            how,
+            &l,
+            &r,
+        )))
+    }
+
+    fn group_by(&self, keys: Vec<PyExpr>, aggs: Vec<PyExpr>) -> PyChain {
+        of(self.chain.clone().group_by(
+            keys.into_iter().map(|e| e.expr),
+            aggs.into_iter().map(|e| e.expr),
+        ))
+    }
+
+    /// Adds a Python UDF of `kind` (map, gen, batch_map, agg) named `name`,
+    /// reading `params`, writing the one field of `output` (an IPC schema).
+    #[pyo3(signature = (kind, name, params, output, invoke, partition_by=Vec::new()))]
+    fn udf(
+        &self,
+        kind: &str,
+        name: &str,
+        params: Vec<String>,
+        output: &[u8],
+        invoke: Py<PyAny>,
+        partition_by: Vec<String>,
+    ) -> PyResult<PyChain> {
+        let udf = Arc::new(PyUdf::new(
+            name,
+            params,
+            output_field(output)?,
+            Arc::new(invoke),
+        ));
+        let c = self.chain.clone();
+        Ok(of(match kind {
+            "map" => c.map_udf(udf),
+            "gen" => c.gen_udf(udf),
+            "batch_map" => c.batch_map_udf(udf),
+            "agg" => {
+                let keys: Vec<&str> = partition_by.iter().map(String::as_str).collect();
+                c.agg_udf(&keys, udf)
+            }
+            _ => return Err(PyValueError::new_err(format!("unknown UDF kind {kind:?}"))),
+        }))
+    }
+
+    /// Runs the chain: its rows as one Arrow IPC stream.
+    fn collect<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let c = self.chain.clone();
+        let (schema, batches) = wait(py, async move {
+            let batches = c.collect().await?;
+            let schema = match batches.first() {
+                Some(b) => b.schema(),
+                None => Arc::new(c.logical_plan().await?.schema().as_arrow().clone()),
+            };
+            Ok::<_, udfchain::Error>((schema, batches))
+        })?
+        .map_err(to_py)?;
+        Ok(bytes(py, to_ipc(&schema, &batches).map_err(to_py)?))
+    }
+
+    fn count(&self, py: Python<'_>) -> PyResult<usize> {
+        let c = self.chain.clone();
+        wait(py, async move { c.count().await })?.map_err(to_py)
+    }
+
+    fn to_table_string(&self, py: Python<'_>, n: usize) -> PyResult<String> {
+        let c = self.chain.clone();
+        wait(py, async move { c.to_table_string(n).await })?.map_err(to_py)
+    }
+
+    #[pyo3(signature = (analyze=false))]
+    fn explain(&self, py: Python<'_>, analyze: bool) -> PyResult<String> {
+        let c = self.chain.clone();
+        wait(py, async move {
+            if analyze {
+                c.explain_analyze().await
+            } else {
+                c.explain().await
+            }
+        })?
+        .map_err(to_py)
+    }
+
+    /// Saves the rows as the next version of dataset `name`: (name, version, rows).
+    fn save(&self, py: Python<'_>, name: String) -> PyResult<(String, u32, u64)> {
+        let c = self.chain.clone();
+        let info = wait(py, async move { c.save(&name).await })?.map_err(to_py)?;
+        Ok((info.name, info.version, info.rows))
+    }
+
+    fn to_parquet(&self, py: Python<'_>, uri: String) -> PyResult<()> {
+        let c = self.chain.clone();
+        wait(py, async move { c.to_parquet(&uri).await })?.map_err(to_py)
+    }
+}

@@ -1,0 +1,79 @@
+//! The one tokio runtime Python calls block on, and the only way they wait.
+//!
+//! Guarantees: [`wait`] never holds the GIL while it blocks (other Python
+//! threads, and the engine's Python UDF calls, run meanwhile); it checks for
+//! signals every [`SIGNAL_CHECK`], so Ctrl-C drops the running future (which
+//! cancels the query, its UDF calls and downloads) and raises
+//! `KeyboardInterrupt` within that interval. The engine's threads (this
+//! runtime, its UDF pool) do not survive `fork()`: a process forked after the
+//! engine started in its parent gets a clear `RuntimeError` from every call,
+//! at once, instead of a hang; a process forked before that works.
+
+use std::future::Future;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use pyo3::exceptions::PyRuntimeError;
+use pyo3::prelude::*;
+use tokio::runtime::{Builder, Runtime};
+
+/// How often a wait lets Python handle signals (Ctrl-C).
+const SIGNAL_CHECK: Duration = Duration::from_millis(100);
+
+/// The process the engine started in, set by the first call that used it.
+static STARTED_IN: OnceLock<u32> = OnceLock::new();
+
+/// Fails when this process was forked after the engine started in its parent.
+/// Every entry point into the engine calls it first.
+pub fn engine() -> PyResult<()> {
+    let pid = std::process::id();
+    let started = *STARTED_IN.get_or_init(|| pid);
+    if started == pid {
+        return Ok(());
+    }
+    Err(PyRuntimeError::new_err(format!(
+        "udfchain cannot run in this process ({pid}): it was forked from process {started} \
+         after udfchain started its threads there, and threads do not survive fork(). \
+         Start workers with multiprocessing's 'spawn' or 'forkserver' method (torch: \
+         DataLoader(multiprocessing_context='spawn')), or use udfchain only after the fork"
+    )))
+}
+
+fn runtime() -> PyResult<&'static Runtime> {
+    engine()?;
+    static RUNTIME: OnceLock<Result<Runtime, String>> = OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            Builder::new_multi_thread()
+                .thread_name("udfchain-io")
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|e| PyRuntimeError::new_err(format!("cannot start udfchain's runtime: {e}")))
+}
+
+/// Runs `fut` to completion on the runtime with the GIL released, checking
+/// for signals every [`SIGNAL_CHECK`]; a signal handler's exception (Ctrl-C's
+/// `KeyboardInterrupt`) drops `fut` and is returned.
+pub fn wait<F>(py: Python<'_>, fut: F) -> PyResult<F::Output>
+where
+    F: Future + Send,
+    F::Output: Send,
+{
+    let rt = runtime()?;
+    py.detach(|| {
+        rt.block_on(async {
+            tokio::pin!(fut);
+            loop {
+                tokio::select! {
+                    out = &mut fut => return Ok(out),
+                    _ = tokio::time::sleep(SIGNAL_CHECK) => {
+                        Python::attach(|py| py.check_signals())?;
+                    }
+                }
+            }
+        })
+    })
+}

@@ -1,0 +1,280 @@
+//! `PyUdf`: a Python function as a udfchain UDF, one type for the four kinds
+//! (it implements `Mapper`, `BatchMapper`, `Aggregator` and `Generator`).
+//!
+//! The engine calls it on its UDF pool, as any UDF. Guarantees: the Python
+//! function runs on a blocking thread of that pool that takes the GIL for the
+//! call (one call per row of files for map and gen, per batch for batch_map,
+//! per group for agg) and gives it up around every wait (file reads, a full
+//! generator channel); the pool's I/O threads never wait for the GIL. A Python
+//! exception becomes the call's error with the row it names and the
+//! traceback in the message, so `on_error` treats it as any UDF error; an
+//! output of the wrong type or length is an error naming the UDF.
+//!
+//! The Python side (`udfchain/_udf.py`) gets the call's rows as an Arrow IPC
+//! stream and a `FileAccess`, and returns the output column as an IPC stream.
+
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::array::{ArrayRef, RecordBatch};
+use datafusion::arrow::datatypes::Field;
+use futures::stream::{self, BoxStream, StreamExt};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use tokio::runtime::Handle;
+use tokio::sync::mpsc;
+use udfchain::udfs::{
+    Aggregator, BatchMapper, BoxError, CallError, Generator, Mapper, Signature, UdfError,
+    current_source,
+};
+
+use crate::arrow::{column_from_ipc, to_ipc};
+use crate::calls::{self, Abandon};
+use crate::file::FileAccess;
+
+/// A Python exception raised by a UDF, with its traceback.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct PythonError(pub String);
+
+pub struct PyUdf {
+    signature: Signature,
+    /// `invoke(ipc: bytes, files: FileAccess) -> bytes` for map, batch_map and
+    /// agg; `invoke(ipc, files, max_rows) -> iterator of bytes` for gen.
+    invoke: Arc<Py<PyAny>>,
+}
+
+impl fmt::Debug for PyUdf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PyUdf({})", self.signature.name)
+    }
+}
+
+impl PyUdf {
+    pub fn new(name: &str, params: Vec<String>, output: Field, invoke: Arc<Py<PyAny>>) -> Self {
+        Self {
+            signature: Signature {
+                name: name.to_string(),
+                params,
+                input: None,
+                output,
+            },
+            invoke,
+        }
+    }
+
+    /// The error of a Python exception: `row` from a `UdfFailure` (the
+    /// invoker's wrapper of the user's exception), the message with traceback.
+    fn failure(py: Python<'_>, e: PyErr) -> CallError {
+        let value = e.value(py);
+        let row = value
+            .getattr("row")
+            .ok()
+            .and_then(|r| r.extract::<Option<usize>>().ok())
+            .flatten();
+        let text = value
+            .getattr("text")
+            .ok()
+            .and_then(|t| t.extract::<String>().ok())
+            .unwrap_or_else(|| {
+                format!(
+                    "{}: {}",
+                    e.get_type(py)
+                        .name()
+                        .map(|n| n.to_string())
+                        .unwrap_or_default(),
+                    value
+                )
+            });
+        let source: BoxError = Box::new(PythonError(text));
+        CallError { row, source }
+    }
+
+    /// The output column from the invoker's IPC bytes, checked against the
+    /// declared type and `rows` (when the kind fixes the count).
+    fn output(&self, bytes: &[u8], rows: Option<usize>) -> Result<ArrayRef, CallError> {
+        let array = column_from_ipc(bytes).map_err(|e| UdfError::Convert {
+            what: format!("the output of {}", self.signature.name),
+            message: e.to_string(),
+        })?;
+        let want = self.signature.output.data_type();
+        if array.data_type() != want {
+            return Err(UdfError::Contract(format!(
+                "UDF {} returned {} values, declared {want}",
+                self.signature.name,
+                array.data_type()
+            ))
+            .into());
+        }
+        if let Some(n) = rows
+            && array.len() != n
+        {
+            return Err(UdfError::Contract(format!(
+                "UDF {} returned {} values for {n} rows",
+                self.signature.name,
+                array.len()
+            ))
+            .into());
+        }
+        Ok(array)
+    }
+
+    /// One call: `input` to the invoker on a blocking thread holding the GIL.
+    async fn call(&self, input: RecordBatch, rows: Option<usize>) -> Result<ArrayRef, CallError> {
+        let files = FileAccess::new(current_source()?, Handle::current());
+        let ipc = ipc_of(&input)?;
+        let invoke = Arc::clone(&self.invoke);
+        let abandon = Abandon::default();
+        let _unwanted_when_dropped = abandon.guard();
+        let out = tokio::task::spawn_blocking(move || {
+            let _running = calls::enter(&abandon).map_err(CallError::whole)?;
+            Python::attach(|py| {
+                let files = Bound::new(py, files).map_err(|e| Self::failure(py, e))?;
+                let result = invoke
+                    .call1(py, (PyBytes::new(py, &ipc), files.clone()))
+                    .and_then(|r| r.extract::<Vec<u8>>(py));
+                files.get().close();
+                result.map_err(|e| Self::failure(py, e))
+            })
+        })
+        .await
+        .map_err(|e| CallError::whole(UdfError::Contract(format!("Python call failed: {e}"))))??;
+        self.output(&out, rows)
+    }
+}
+
+fn ipc_of(input: &RecordBatch) -> Result<Vec<u8>, CallError> {
+    to_ipc(&input.schema(), std::slice::from_ref(input)).map_err(|e| {
+        CallError::whole(UdfError::Convert {
+            what: "a UDF's input".into(),
+            message: e.to_string(),
+        })
+    })
+}
+
+#[async_trait]
+impl Mapper for PyUdf {
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    async fn map(&self, input: RecordBatch) -> Result<ArrayRef, CallError> {
+        let n = input.num_rows();
+        self.call(input, Some(n)).await
+    }
+}
+
+#[async_trait]
+impl BatchMapper for PyUdf {
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    async fn map_batch(&self, input: RecordBatch) -> Result<ArrayRef, CallError> {
+        let n = input.num_rows();
+        self.call(input, Some(n)).await
+    }
+}
+
+#[async_trait]
+impl Aggregator for PyUdf {
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    async fn aggregate(&self, group: RecordBatch) -> Result<ArrayRef, CallError> {
+        self.call(group, None).await
+    }
+}
+
+impl Generator for PyUdf {
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    /// The Python generator runs on a blocking thread and sends each chunk of
+    /// at most `max_rows` values through a channel of two; dropping the stream
+    /// closes the channel, which stops the generator at its next chunk.
+    fn generate(
+        &self,
+        input: RecordBatch,
+        max_rows: usize,
+    ) -> BoxStream<'static, Result<ArrayRef, CallError>> {
+        let source = match current_source() {
+            Ok(s) => s,
+            Err(e) => return stream::once(async move { Err(e.into()) }).boxed(),
+        };
+        let ipc = match ipc_of(&input) {
+            Ok(b) => b,
+            Err(e) => return stream::once(async move { Err(e) }).boxed(),
+        };
+        let files = FileAccess::new(source, Handle::current());
+        let (tx, rx) = mpsc::channel::<Result<Vec<u8>, CallError>>(2);
+        let invoke = Arc::clone(&self.invoke);
+        let thread = tokio::task::spawn_blocking(move || {
+            if tx.is_closed() {
+                return; // the stream was dropped before the call started
+            }
+            let _running = match calls::enter(&Abandon::default()) {
+                Ok(r) => r,
+                Err(e) => return drop(tx.blocking_send(Err(CallError::whole(e)))),
+            };
+            Python::attach(|py| {
+                let files = match Bound::new(py, files) {
+                    Ok(f) => f,
+                    Err(e) => return drop(tx.blocking_send(Err(Self::failure(py, e)))),
+                };
+                let run = || -> PyResult<()> {
+                    let chunks = invoke
+                        .call1(py, (PyBytes::new(py, &ipc), files.clone(), max_rows.max(1)))?
+                        .into_bound(py)
+                        .try_iter()?;
+                    for chunk in chunks {
+                        let bytes: Vec<u8> = chunk?.extract()?;
+                        if py.detach(|| tx.blocking_send(Ok(bytes))).is_err() {
+                            break; // the stream was dropped
+                        }
+                    }
+                    Ok(())
+                };
+                let result = run();
+                files.get().close();
+                if let Err(e) = result {
+                    let failure = Self::failure(py, e);
+                    py.detach(|| drop(tx.blocking_send(Err(failure))));
+                }
+            })
+        });
+        let this = Self {
+            signature: self.signature.clone(),
+            invoke: Arc::clone(&self.invoke),
+        };
+        stream::unfold(
+            (rx, Some(thread), this),
+            |(mut rx, thread, this)| async move {
+                match rx.recv().await {
+                    Some(Ok(bytes)) => Some((this.output(&bytes, None), (rx, thread, this))),
+                    Some(Err(e)) => Some((Err(e), (rx, thread, this))),
+                    None => {
+                        // The thread ended: a panic there is this call's error.
+                        let joined = match thread {
+                            Some(t) => t.await,
+                            None => return None,
+                        };
+                        match joined {
+                            Ok(()) => None,
+                            Err(e) => Some((
+                                Err(CallError::whole(UdfError::Contract(format!(
+                                    "Python generator failed: {e}"
+                                )))),
+                                (rx, None, this),
+                            )),
+                        }
+                    }
+                }
+            },
+        )
+        .boxed()
+    }
+}

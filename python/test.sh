@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Builds the udfchain Python package into a venv and runs its pytest suite.
+# The venv is $UDFCHAIN_VENV (default ~/.cache/udfchain-venv), made if missing;
+# the build reuses $CARGO_TARGET_DIR (default ~/.cache/udfchain-target, as
+# .ci/run), so after `cargo test --workspace` it compiles only the bindings.
+# Exit status: pytest's, except that "no tests ran" (5) is a failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/udfchain-target}"
+venv="${UDFCHAIN_VENV:-$HOME/.cache/udfchain-venv}"
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+"$venv/bin/pip" install -q --disable-pip-version-check maturin pytest pyarrow "moto[server]"
+export VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH"
+maturin develop -q -m python/Cargo.toml
+status=0
+python -m pytest -q python/tests "$@" || status=$?
+if [ "$status" -eq 5 ]; then
+    echo "python/test.sh: pytest collected no tests" >&2
+    exit 1
+fi
+exit "$status"

@@ -1,0 +1,184 @@
+"""Python UDFs inside the engine: every kind, every File method, the local
+copy's lifetime, every on_error policy."""
+
+import os
+from typing import Iterator
+
+import pytest
+
+import udfchain as uc
+from conftest import sha, temp_dirs
+
+
+def test_map_reads_every_file(files):
+    d, data = files
+
+    def digest(file: uc.File) -> str:
+        return sha(file.read())
+
+    rows = uc.read_storage(str(d)).settings(prefetch=4, parallel=3).map(digest=digest).collect("file", "digest")
+    assert {f.path: h for f, h in rows} == {k: sha(v) for k, v in data.items()}
+    assert all(isinstance(f, uc.File) and f.size == len(data[f.path]) for f, _ in rows)
+
+
+def test_map_without_prefetch_reads_the_store(files):
+    d, data = files
+
+    def first_bytes(file: uc.File) -> bytes:
+        with file.open() as f:  # no local copy: ranged reads
+            f.seek(3)
+            head = f.read(5)
+            f.seek(-2, os.SEEK_END)
+            return head + f.read()
+
+    got = dict(uc.read_storage(str(d)).settings(prefetch=0).map(b=first_bytes).collect("file", "b"))
+    assert {f.path: b for f, b in got.items()} == {k: v[3:8] + v[-2:] for k, v in data.items()}
+
+
+def test_file_methods_and_local_path_lifetime(files, root):
+    d, data = files
+    seen = {}
+
+    def probe(file: uc.File) -> str:
+        path = file.get_local_path()
+        assert os.path.exists(path)
+        with open(path, "rb") as f:
+            assert f.read() == data[file.path]
+        with file.open() as f:
+            assert f.seekable()
+            f.seek(10)
+            assert f.read(4) == data[file.path][10:14]
+        assert file.read_text(encoding="latin-1") == data[file.path].decode("latin-1")
+        assert file.etag is None or isinstance(file.etag, str)
+        assert file.source.startswith("file://") and file.name == file.path
+        seen[file.path] = path
+        return path
+
+    # memory_file_limit=0: every prefetched file is on disk in the UDF's temp dir.
+    c = uc.read_storage(str(d)).settings(prefetch=3, cache=False, memory_file_limit=0).map(p=probe)
+    assert c.count() == len(data)
+    assert len(seen) == len(data)
+    # Without cache the copies are gone after their rows, the temp dir after the run.
+    assert not any(os.path.exists(p) for p in seen.values())
+    assert temp_dirs(root) == []
+
+
+def test_local_path_held_in_memory_is_written_out(files):
+    d, data = files
+
+    def via_path(file: uc.File) -> str:
+        with open(file.get_local_path(), "rb") as f:
+            return sha(f.read())
+
+    got = uc.read_storage(str(d)).settings(prefetch=2).map(h=via_path).collect("file", "h")
+    assert {f.path: h for f, h in got} == {k: sha(v) for k, v in data.items()}
+
+
+def test_no_local_copy_without_prefetch(files):
+    d, _ = files
+
+    def path(file: uc.File) -> str:
+        return file.get_local_path()
+
+    with pytest.raises(uc.UdfchainError, match="no local copy"):
+        uc.read_storage(str(d)).settings(prefetch=0).map(p=path).collect()
+
+
+def test_file_outside_a_call_does_not_read(files):
+    d, _ = files
+    f = uc.read_storage(str(d)).limit(1).collect("file")[0]
+    with pytest.raises(RuntimeError, match="inside a UDF"):
+        f.read()
+
+
+def test_gen_batch_map_agg(files):
+    d, data = files
+
+    def chunks(file: uc.File) -> Iterator[int]:
+        b = file.read()
+        for i in range(0, len(b), 400):
+            yield len(b[i : i + 400])
+
+    got = uc.read_storage(str(d)).settings(batch_size=2).gen(part=chunks).collect("file", "part")
+    want = sorted((k, min(400, len(v) - i)) for k, v in data.items() for i in range(0, len(v), 400))
+    assert sorted((f.path, p) for f, p in got) == want
+
+    calls = []
+
+    def sizes(file: list[uc.File]) -> list[int]:
+        calls.append(len(file))
+        return [len(f.read()) for f in file]
+
+    got = uc.read_storage(str(d)).batch_map(n=sizes, batch_size=5).collect("file", "n")
+    assert {f.path: n for f, n in got} == {k: len(v) for k, v in data.items()}
+    assert max(calls) <= 5 and sum(calls) == len(data)
+
+    def total(file: list[uc.File]) -> Iterator[int]:
+        yield sum(len(f.read()) for f in file)
+
+    g = (
+        uc.read_storage(str(d))
+        .mutate(group=uc.C("file.size") % 2)
+        .agg(total=total, partition_by="group")
+        .order_by("group")
+        .collect("group", "total")
+    )
+    want = {}
+    for v in data.values():
+        want[len(v) % 2] = want.get(len(v) % 2, 0) + len(v)
+    assert g == sorted(want.items())
+
+
+def test_values_udf_params_by_name():
+    def label(num: int, name: str) -> str:
+        return f"{name}{num}"
+
+    c = uc.read_values(num=[1, 2], name=["a", "b"]).map(label=label)
+    assert sorted(c.collect("label")) == ["a1", "b2"]
+
+
+def failing(file: uc.File) -> int:
+    if file.path == "f003.bin":
+        raise ValueError("bad file " + file.path)
+    return file.size
+
+
+def test_on_error_fail_names_udf_file_row_and_traceback(files):
+    d, _ = files
+    with pytest.raises(uc.UdfchainError) as e:
+        uc.read_storage(str(d)).order_by("file.path").map(n=failing).collect()
+    msg = str(e.value)
+    assert "UDF failing failed" in msg and "f003.bin" in msg and "(row " in msg
+    assert "Traceback" in msg and "ValueError: bad file f003.bin" in msg and "in failing" in msg
+
+
+def test_on_error_skip_and_null(files):
+    d, data = files
+    skip = uc.read_storage(str(d)).settings(on_error="skip").map(n=failing).collect("file", "n")
+    assert sorted(f.path for f, _ in skip) == sorted(k for k in data if k != "f003.bin")
+    null = dict((f.path, n) for f, n in uc.read_storage(str(d)).settings(on_error="null").map(n=failing).collect("file", "n"))
+    assert null["f003.bin"] is None and null["f000.bin"] == len(data["f000.bin"])
+    assert len(null) == len(data)
+
+
+def test_gen_error_follows_on_error(files):
+    d, data = files
+
+    def boom(file: uc.File) -> Iterator[int]:
+        yield 1
+        if file.path == "f001.bin":
+            raise RuntimeError("mid-stream")
+        yield 2
+
+    with pytest.raises(uc.UdfchainError, match="mid-stream"):
+        uc.read_storage(str(d)).gen(x=boom).collect()
+    rows = uc.read_storage(str(d)).settings(on_error="skip").gen(x=boom).collect("file", "x")
+    assert {f.path for f, _ in rows} >= set(data) - {"f001.bin"}
+
+
+def test_batch_map_wrong_length():
+    def short(num: list[int]) -> list[int]:
+        return num[:-1]
+
+    with pytest.raises(uc.UdfchainError, match="returned 2 values for 3 rows"):
+        uc.read_values(num=[1, 2, 3]).batch_map(x=short, batch_size=3).collect()

@@ -1,0 +1,130 @@
+"""udfchain: chains of Python functions over files in object storage.
+
+    import udfchain as uc
+
+    (uc.read_storage("s3://bucket/images/")
+       .settings(prefetch=8, cache=False, parallel=4)
+       .filter(uc.C("file.size") > 0)
+       .map(meta=image_meta)
+       .save("images-meta"))
+
+The engine (Rust, on Apache DataFusion) lists, prefetches and caches the
+files; Python functions receive `udfchain.File` objects and run on the
+engine's UDF pool, holding the GIL only while they run.
+"""
+
+from __future__ import annotations
+
+import atexit
+
+import pyarrow as pa
+
+from . import _internal
+from ._chain import Chain, expr
+from ._file import File
+from ._internal import UdfchainError
+from ._loader import Loader
+from ._udf import invoker, output_type, schema_ipc
+
+__all__ = [
+    "C",
+    "Chain",
+    "File",
+    "Loader",
+    "UdfchainError",
+    "func",
+    "query",
+    "read_csv",
+    "read_dataset",
+    "read_json",
+    "read_parquet",
+    "read_storage",
+    "read_values",
+    "register",
+    "run",
+]
+
+# Before the interpreter finalizes: no engine thread may run Python after it.
+atexit.register(_internal.shutdown)
+
+C = _internal.col
+"""A column: `C("file.size")`; dots reach into struct fields."""
+
+
+class func:
+    """Aggregates for `group_by`: count(), sum(col), avg(col), min(col), max(col)."""
+
+    @staticmethod
+    def count(col=None):
+        return _internal.aggregate("count", None if col is None else expr(col))
+
+    @staticmethod
+    def sum(col):
+        return _internal.aggregate("sum", expr(col))
+
+    @staticmethod
+    def avg(col):
+        return _internal.aggregate("avg", expr(col))
+
+    @staticmethod
+    def min(col):
+        return _internal.aggregate("min", expr(col))
+
+    @staticmethod
+    def max(col):
+        return _internal.aggregate("max", expr(col))
+
+
+def _with(chain, settings) -> Chain:
+    c = Chain(chain)
+    return c.settings(**settings) if settings else c
+
+
+def read_storage(uri: str, *, recursive: bool = True, glob: str | None = None, **settings) -> Chain:
+    """One row per object under `uri` (a path, file://, memory://, s3://, gs://, az://), column `file`."""
+    return _with(_internal.read_storage(uri, recursive, glob), settings)
+
+
+def read_values(**columns) -> Chain:
+    """Rows from Python lists, one keyword per column: `read_values(num=[1, 2, 3])`."""
+    table = pa.table(columns)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    return Chain(_internal.read_arrow(sink.getvalue().to_pybytes()))
+
+
+def read_parquet(uri: str, **settings) -> Chain:
+    return _with(_internal.read_parquet(uri), settings)
+
+
+def read_csv(uri: str, **settings) -> Chain:
+    return _with(_internal.read_csv(uri), settings)
+
+
+def read_json(uri: str, **settings) -> Chain:
+    return _with(_internal.read_json(uri), settings)
+
+
+def read_dataset(name: str, version: int | None = None, **settings) -> Chain:
+    """A saved dataset's latest version (or `version`), under the root (settings root= or $UDFCHAIN_ROOT)."""
+    return _with(_internal.read_dataset(name, version), settings)
+
+
+def query(sql: str) -> Chain:
+    """A chain over a SQL query (table functions read_storage(...), read_dataset(...), registered UDFs)."""
+    return Chain(_internal.query(sql))
+
+
+def run(script: str) -> list:
+    """Runs a udfchain script; per statement a pyarrow Table (rows) or a str (message)."""
+    return [
+        pa.ipc.open_stream(o).read_all() if isinstance(o, bytes) else o
+        for o in _internal.run(script)
+    ]
+
+
+def register(name: str, fn, output=None) -> None:
+    """Makes `name(column)` call `fn` per row in `query` and `run`, with prefetch in front."""
+    t = output_type(fn, output, "map")
+    _internal.register(name, schema_ipc(name, t), invoker(fn, "map", t))

@@ -1,0 +1,206 @@
+"""`Chain`: DataChain's verbs over the engine's lazy chain.
+
+Guarantees: every verb returns a new Chain (chains are immutable and cheap);
+nothing runs until `collect`, `count`, `show`, `save`, `to_pyarrow`, ... ; a
+UDF captures the settings given before it, as in Rust. Runs release the GIL
+and stop at Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from . import _internal
+from ._file import files_of, is_file_type
+from ._udf import invoker, output_type, params_of, schema_ipc
+
+
+def _text(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+def setting_pairs(kw: dict) -> list[tuple[str, str]]:
+    """`settings(**kw)` as (name, text) pairs for `Settings::set`."""
+    pairs = []
+    for k, v in kw.items():
+        if v is None:
+            continue
+        if k == "storage":
+            pairs.extend((f"storage.{o}", _text(x)) for o, x in v.items())
+        else:
+            pairs.append((k, _text(v)))
+    return pairs
+
+
+def expr(e):
+    """An expression from an Expr, a column name or a literal."""
+    if isinstance(e, _internal.Expr):
+        return e
+    if isinstance(e, str):
+        return _internal.col(e)
+    return _internal.literal(e)
+
+
+def _table(ipc: bytes) -> pa.Table:
+    return pa.ipc.open_stream(ipc).read_all()
+
+
+def _rows(table: pa.Table, cols: tuple):
+    names = list(cols) if cols else table.column_names
+    columns = []
+    for n in names:
+        c = table.column(n)
+        columns.append(files_of(c, None) if is_file_type(c.type) else c.to_pylist())
+    if len(cols) == 1:
+        return columns[0]
+    rows = list(zip(*columns))
+    if cols:
+        return rows
+    return [dict(zip(names, r)) for r in rows]
+
+
+class Chain:
+    """A lazy chain of steps and UDFs over a source (see `udfchain.read_storage`)."""
+
+    __slots__ = ("_c",)
+
+    def __init__(self, inner):
+        self._c = inner
+
+    # settings and relational steps
+
+    def settings(self, **kw) -> Chain:
+        """Settings for the UDFs added after this call: prefetch (int or "auto"),
+        cache, cache_limit, parallel, workers, batch_size, ordered,
+        max_connections, on_error ("fail", "skip", "null"), root, memory_limit,
+        memory_file_limit, progress, cluster, storage={option: value}."""
+        return Chain(self._c.settings(setting_pairs(kw)))
+
+    def filter(self, *conditions) -> Chain:
+        c = self._c
+        for cond in conditions:
+            c = c.filter(expr(cond))
+        return Chain(c)
+
+    def select(self, *cols, **named) -> Chain:
+        exprs = [expr(c) for c in cols] + [expr(e).alias(n) for n, e in named.items()]
+        return Chain(self._c.select(exprs))
+
+    def mutate(self, **columns) -> Chain:
+        c = self._c
+        for name, e in columns.items():
+            c = c.mutate(name, expr(e))
+        return Chain(c)
+
+    def order_by(self, *cols, descending: bool = False) -> Chain:
+        exprs = [expr(c) for c in cols]
+        if descending:
+            exprs = [e.desc() for e in exprs]
+        return Chain(self._c.order_by(exprs))
+
+    def limit(self, n: int) -> Chain:
+        return Chain(self._c.limit(n))
+
+    def offset(self, n: int) -> Chain:
+        return Chain(self._c.offset(n))
+
+    def distinct(self) -> Chain:
+        return Chain(self._c.distinct())
+
+    def union(self, other: Chain) -> Chain:
+        return Chain(self._c.union(other._c))
+
+    def join(self, right: Chain, on, right_on=None, how: str = "inner") -> Chain:
+        on = [on] if isinstance(on, str) else list(on)
+        right_on = on if right_on is None else ([right_on] if isinstance(right_on, str) else list(right_on))
+        return Chain(self._c.join(right._c, how, on, right_on))
+
+    def group_by(self, partition_by=(), **aggs) -> Chain:
+        """`group_by(partition_by="label", n=func.count(), total=func.sum("file.size"))`."""
+        keys = [partition_by] if isinstance(partition_by, str) else list(partition_by)
+        return Chain(self._c.group_by([expr(k) for k in keys], [expr(a).alias(n) for n, a in aggs.items()]))
+
+    # UDFs
+
+    def _udf(self, kind, named, params, output, partition_by=()):
+        if len(named) != 1:
+            raise TypeError(f"{kind}() takes one output=function pair, e.g. {kind}(meta=image_meta)")
+        (out_name, fn), = named.items()
+        t = output_type(fn, output, kind)
+        name = getattr(fn, "__name__", out_name)
+        if name == "<lambda>":
+            name = out_name
+        return Chain(
+            self._c.udf(
+                kind,
+                name,
+                params_of(fn, params),
+                schema_ipc(out_name, t),
+                invoker(fn, kind, t),
+                list(partition_by),
+            )
+        )
+
+    def map(self, params=None, output=None, **named) -> Chain:
+        """Adds a column per row: `map(meta=image_meta)`; `image_meta(file)` reads column `file`."""
+        return self._udf("map", named, params, output)
+
+    def gen(self, params=None, output=None, **named) -> Chain:
+        """Zero or more rows per row: the function yields values (annotate Iterator[T])."""
+        return self._udf("gen", named, params, output)
+
+    def batch_map(self, params=None, output=None, batch_size=None, **named) -> Chain:
+        """A column computed batch_size rows at a time: the function gets one list per param."""
+        c = self if batch_size is None else self.settings(batch_size=batch_size)
+        return c._udf("batch_map", named, params, output)
+
+    def agg(self, params=None, output=None, partition_by=(), **named) -> Chain:
+        """One call per group of equal partition_by values, with one list per param; yields values."""
+        keys = [partition_by] if isinstance(partition_by, str) else list(partition_by)
+        return self._udf("agg", named, params, output, keys)
+
+    # runs
+
+    def to_pyarrow(self) -> pa.Table:
+        return _table(self._c.collect())
+
+    def __arrow_c_stream__(self, requested_schema=None):
+        return self.to_pyarrow().__arrow_c_stream__(requested_schema)
+
+    def to_pandas(self):
+        return self.to_pyarrow().to_pandas()
+
+    def collect(self, *cols):
+        """Rows as dicts; `collect("a")` the values of a; `collect("a", "b")` tuples."""
+        return _rows(self.to_pyarrow(), cols)
+
+    to_list = collect
+
+    def count(self) -> int:
+        return self._c.count()
+
+    def show(self, limit: int = 20) -> None:
+        print(self._c.to_table_string(limit))
+
+    def explain(self, analyze: bool = False) -> str:
+        return self._c.explain(analyze)
+
+    def save(self, name: str) -> Chain:
+        """Saves the rows as the next version of dataset `name`; the chain over it."""
+        ds, version, _rows_written = self._c.save(name)
+        return Chain(_internal.read_dataset(ds, version))
+
+    def to_pytorch(self, **kw):
+        """This chain as a training loader (`udfchain.Loader`): a torch
+        IterableDataset when torch imports, a plain iterable otherwise."""
+        from ._loader import Loader
+
+        return Loader(self, **kw)
+
+    def to_parquet(self, uri: str) -> None:
+        self._c.to_parquet(uri)
+
+    def __repr__(self):
+        return "Chain(...)"

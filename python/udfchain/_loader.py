@@ -1,0 +1,119 @@
+"""`Loader`: the Rust training loader for a Python training loop.
+
+Guarantees (the Rust loader's): every row once per epoch across ranks and
+workers, a shuffle drawn from (seed, epoch), partitions fetched ahead while
+the trainer works. Rank and world size come from `torch.distributed` when it
+is initialized, worker id and count from `torch.utils.data.get_worker_info()`
+inside a DataLoader worker, unless given. Batches are dicts: numeric columns
+as numpy arrays (when numpy imports), others as lists (File columns as
+`udfchain.File`, the `with_bytes` column as bytes); `transform` maps each
+batch. `Loader` is a torch `IterableDataset` when torch imports (iterate it,
+or hand it to a DataLoader with `batch_size=None`), a plain iterable
+otherwise. The engine starts in the process that iterates: DataLoader
+workers forked before any udfchain run work; after one, they fail at once
+(use `multiprocessing_context="spawn"`).
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from . import _internal
+from ._file import files_of, is_file_type
+
+try:  # torch is optional
+    import torch
+    from torch.utils.data import IterableDataset as _Base
+except Exception:  # pragma: no cover - depends on the environment
+    torch = None
+    _Base = object
+
+
+def _batch(ipc: bytes) -> dict:
+    rb = pa.ipc.open_stream(ipc).read_next_batch()
+    out = {}
+    for name, col in zip(rb.schema.names, rb.columns):
+        t = col.type
+        if is_file_type(t):
+            out[name] = files_of(col, None)
+        elif (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)) and col.null_count == 0:
+            try:
+                out[name] = col.to_numpy(zero_copy_only=False)
+            except Exception:
+                out[name] = col.to_pylist()
+        else:
+            out[name] = col.to_pylist()
+    return out
+
+
+def _split():
+    """(rank, world_size, worker, num_workers) from torch, or a single process."""
+    rank, world, worker, workers = 0, 1, 0, 0
+    if torch is not None:
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            rank, world = dist.get_rank(), dist.get_world_size()
+        info = torch.utils.data.get_worker_info()
+        if info is not None:
+            worker, workers = info.id, info.num_workers
+    return rank, world, worker, workers
+
+
+class Loader(_Base):
+    """`Loader(chain_or_dataset_name, batch_size=64, shuffle=seed, with_bytes=True, ...)`."""
+
+    def __init__(
+        self,
+        source,
+        *,
+        version: int | None = None,
+        batch_size: int = 64,
+        partition_rows: int = 1000,
+        prefetch_partitions: int = 1,
+        parallel_requests: int = 1,
+        shuffle: int | None = None,
+        drop_last: bool = False,
+        columns=None,
+        with_bytes=None,
+        transform=None,
+        rank: int | None = None,
+        world_size: int | None = None,
+        worker: int | None = None,
+        num_workers: int | None = None,
+    ):
+        self._source = source
+        self._version = version
+        self._kw = dict(
+            partition_rows=partition_rows,
+            prefetch_partitions=prefetch_partitions,
+            parallel_requests=parallel_requests,
+            batch_size=batch_size,
+            drop_last=drop_last,
+            columns=None if columns is None else list(columns),
+            with_bytes=("file", "bytes") if with_bytes is True else (tuple(with_bytes) if with_bytes else None),
+            shuffle=shuffle,
+        )
+        self._split = (rank, world_size, worker, num_workers)
+        self.transform = transform
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch the next iteration reads (its shuffle and order)."""
+        self.epoch = epoch
+
+    def _rust(self):
+        auto = _split()
+        rank, world, worker, workers = (given if given is not None else a for given, a in zip(self._split, auto))
+        kw = dict(self._kw, rank=rank, world_size=world, worker=worker, num_workers=workers)
+        if isinstance(self._source, str):
+            return _internal.Loader(dataset=self._source, version=self._version, **kw)
+        return _internal.Loader(chain=self._source._c, **kw)
+
+    def epoch_batches(self, epoch: int):
+        """The batches of `epoch` (dicts of column -> values)."""
+        for ipc in self._rust().epoch(epoch):
+            b = _batch(ipc)
+            yield self.transform(b) if self.transform is not None else b
+
+    def __iter__(self):
+        return self.epoch_batches(self.epoch)

@@ -1,0 +1,144 @@
+"""Python functions as engine UDFs: the invokers the Rust `PyUdf` calls.
+
+Each invoker gets one call's rows as an Arrow IPC stream (exactly the UDF's
+params columns, in order) and the call's `FileAccess`, calls the function,
+and returns its output column as an IPC stream. Guarantees: File columns
+arrive as `udfchain.File` objects, other columns as Python values; an
+exception of the function (or a value that does not convert) is raised as
+`UdfFailure` with the row it happened at (when known) and the Python
+traceback, which the engine puts in its error naming the UDF and the file.
+"""
+
+from __future__ import annotations
+
+import inspect
+import traceback
+import typing
+
+import pyarrow as pa
+
+from ._file import files_of, is_file_type
+from ._types import ConvertError, arrow_type, element_type, to_array
+
+
+class UdfFailure(Exception):
+    """A UDF call's failure: `row` within the call (None: the whole call), `text`."""
+
+    def __init__(self, row, text):
+        super().__init__(text)
+        self.row = row
+        self.text = text
+
+
+def _failure(name: str, row, e: BaseException) -> UdfFailure:
+    if isinstance(e, ConvertError):
+        return UdfFailure(row if row is not None else e.row, f"{name} {e}")
+    text = "".join(traceback.format_exception(type(e), e, e.__traceback__)).rstrip()
+    return UdfFailure(row, text)
+
+
+def _columns(ipc: bytes, access) -> list[list]:
+    table = pa.ipc.open_stream(ipc).read_all()
+    out = []
+    for col in table.columns:
+        if is_file_type(col.type):
+            out.append(files_of(col, access))
+        else:
+            out.append(col.to_pylist())
+    return out
+
+
+def _encode(values: list, t: pa.DataType) -> bytes:
+    array = to_array(values, t)
+    batch = pa.RecordBatch.from_arrays([array], names=["value"])
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as w:
+        w.write_batch(batch)
+    return sink.getvalue().to_pybytes()
+
+
+def schema_ipc(name: str, t: pa.DataType) -> bytes:
+    """The IPC schema of a UDF's one output field."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, pa.schema([pa.field(name, t)])):
+        pass
+    return sink.getvalue().to_pybytes()
+
+
+def params_of(fn, params) -> list[str]:
+    """The columns a UDF reads: `params`, else its positional parameters' names."""
+    if params is not None:
+        return [params] if isinstance(params, str) else list(params)
+    sig = inspect.signature(fn)
+    names = [
+        p.name
+        for p in sig.parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+    ]
+    if not names:
+        raise TypeError(f"UDF {_name(fn)} takes no parameter: it must read at least one column")
+    return names
+
+
+def _name(fn) -> str:
+    return getattr(fn, "__name__", None) or type(fn).__name__
+
+
+def output_type(fn, output, kind: str) -> pa.DataType:
+    """The Arrow type of a UDF's values: `output`, else its return annotation."""
+    where = f"UDF {_name(fn)}"
+    if output is not None:
+        return arrow_type(output, where)
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:
+        hints = getattr(fn, "__annotations__", {})
+    if "return" not in hints:
+        raise TypeError(f"{where} has no return annotation: annotate it or pass output=")
+    ret = hints["return"]
+    if kind != "map":
+        ret = element_type(ret, where)
+    return arrow_type(ret, where)
+
+
+def invoker(fn, kind: str, t: pa.DataType):
+    """The invoker of `fn` as a UDF of `kind` with values of type `t`."""
+    name = _name(fn)
+
+    def call_map(ipc, access):
+        cols = _columns(ipc, access)
+        n = len(cols[0]) if cols else 0
+        out = []
+        for i in range(n):
+            try:
+                out.append(fn(*[c[i] for c in cols]))
+            except Exception as e:
+                raise _failure(name, i, e) from None
+        try:
+            return _encode(out, t)
+        except ConvertError as e:
+            raise _failure(name, None, e) from None
+
+    def call_whole(ipc, access):
+        cols = _columns(ipc, access)
+        try:
+            out = list(fn(*cols))
+            return _encode(out, t)
+        except Exception as e:
+            raise _failure(name, None, e) from None
+
+    def call_gen(ipc, access, max_rows):
+        cols = _columns(ipc, access)
+        chunk = []
+        try:
+            for v in fn(*[c[0] for c in cols]):
+                chunk.append(v)
+                if len(chunk) >= max_rows:
+                    yield _encode(chunk, t)
+                    chunk = []
+            if chunk:
+                yield _encode(chunk, t)
+        except Exception as e:
+            raise _failure(name, 0, e) from None
+
+    return {"map": call_map, "batch_map": call_whole, "agg": call_whole, "gen": call_gen}[kind]
