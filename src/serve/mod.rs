@@ -28,7 +28,7 @@ pub use request::{
     DEFAULT_PARTITION_ROWS, FlightRequest, MAX_CONSUMERS, MAX_PARALLEL_REQUESTS,
     MAX_PARTITION_ROWS, MAX_PREFETCH_PARTITIONS, RequestError,
 };
-pub use ticket::{FlightTicket, TicketError};
+pub use ticket::{FlightTicket, TicketError, TicketKey};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -41,7 +41,6 @@ use tonic::transport::server::TcpIncoming;
 use crate::dataset::Catalog;
 use crate::error::{Error, Result};
 use crate::session::Session;
-use ticket::TicketKey;
 
 /// Partitions read ahead of each client unless its request says otherwise.
 pub const DEFAULT_PREFETCH_PARTITIONS: usize = 2;

@@ -326,8 +326,11 @@ mod tests {
     use super::*;
     use crate::test_source::MemorySource;
 
+    /// Each member's name and data.
+    type Members = Vec<(String, Vec<u8>)>;
+
     /// The entries of `bytes` with each member's data, and the reads it took.
-    fn entries(bytes: &[u8]) -> (Result<Vec<(String, Vec<u8>)>, UdfError>, usize) {
+    fn entries(bytes: &[u8]) -> (Result<Members, UdfError>, usize) {
         let source = MemorySource::new(bytes.to_vec());
         let file = source.file();
         let got = source.run(async move {
