@@ -8,3 +8,11 @@ pub mod temp;
 pub use shared::{CacheUsage, Pin, SharedCache};
 pub use source::{LocalCopies, StoreSource};
 pub use temp::TempCache;
+
+use udfchain_udfs::File;
+
+/// The in-process identity of a stored object: its source and path. Local
+/// copies are kept whole, so a virtual file (a tar member) has its parent's key.
+pub(crate) fn file_key(file: &File) -> String {
+    format!("{}\u{0}{}", file.source, file.path)
+}

@@ -31,6 +31,7 @@ use super::SharedCache;
 use crate::runtime::spawn_on;
 use crate::storage::Pin;
 use crate::storage::{Location, download_to, open_store};
+use crate::util::lock::lock;
 
 /// Where local copies of files may be found (prefetch temp dirs, the shared cache).
 pub trait LocalCopies: Send + Sync + std::fmt::Debug {
@@ -88,7 +89,7 @@ impl StoreSource {
             url: file.url(),
             source: Box::new(e),
         };
-        let mut stores = self.stores.lock().unwrap_or_else(|p| p.into_inner());
+        let mut stores = lock(&self.stores);
         if let Some((store, loc)) = stores.get(&file.source) {
             return Ok((Arc::clone(store), loc.child(&file.path).map_err(read_err)?));
         }

@@ -26,8 +26,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use udfchain_udfs::File;
 
-use crate::cache::LocalCopies;
+use crate::cache::{LocalCopies, file_key};
 use crate::error::{Error, Result};
+use crate::util::lock::lock;
 use crate::util::owner::{self, OwnerLock};
 
 /// A temporary dir of prefetched files, with reference counts per file.
@@ -88,15 +89,13 @@ impl TempCache {
     /// Makes the dir, owned by this process, first sweeping (once per root per
     /// process) the dirs whose owner is gone. Blocking: file system calls.
     pub fn open_blocking(&self) -> Result<()> {
-        let mut owner = self.owner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut owner = lock(&self.owner);
         if owner.is_some() {
             return Ok(());
         }
         let tmp = self.dir.parent().unwrap_or(&self.dir).to_path_buf();
         static SWEPT: Mutex<Option<HashSet<PathBuf>>> = Mutex::new(None);
-        let first = SWEPT
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        let first = lock(&SWEPT)
             .get_or_insert_with(HashSet::new)
             .insert(tmp.clone());
         if first {
@@ -135,8 +134,8 @@ impl TempCache {
     }
 
     fn hold(&self, file: &File, held: Held) {
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        match entries.get_mut(&key(file)) {
+        let mut entries = lock(&self.entries);
+        match entries.get_mut(&file_key(file)) {
             Some(e) if matches!(e.held, Held::Missing) => {
                 // Rows whose download failed wait on it: the copy is theirs too.
                 e.refs += 1;
@@ -152,7 +151,7 @@ impl TempCache {
                 }
             }
             None => {
-                entries.insert(key(file), Entry { held, refs: 1 });
+                entries.insert(file_key(file), Entry { held, refs: 1 });
             }
         }
     }
@@ -165,8 +164,8 @@ impl TempCache {
 
     /// Counts one more row using `file` if a copy of it is already held.
     pub fn acquire(&self, file: &File) -> bool {
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        match entries.get_mut(&key(file)) {
+        let mut entries = lock(&self.entries);
+        match entries.get_mut(&file_key(file)) {
             Some(e) if !matches!(e.held, Held::Missing) => {
                 e.refs += 1;
                 true
@@ -177,7 +176,7 @@ impl TempCache {
 
     /// Files currently counted on (copies and placeholders).
     pub fn len(&self) -> usize {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner()).len()
+        lock(&self.entries).len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -189,8 +188,8 @@ impl LocalCopies for TempCache {
     /// A file held in memory is written out first (once; the entry then points
     /// at the file), since the caller wants a path.
     fn local_path(&self, file: &File) -> Option<PathBuf> {
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        let entry = match entries.get_mut(&key(file)) {
+        let mut entries = lock(&self.entries);
+        let entry = match entries.get_mut(&file_key(file)) {
             Some(e) if !matches!(e.held, Held::Missing) => e,
             _ => {
                 drop(entries);
@@ -210,21 +209,15 @@ impl LocalCopies for TempCache {
     }
 
     fn local_bytes(&self, file: &File) -> Option<bytes::Bytes> {
-        match &self
-            .entries
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&key(file))?
-            .held
-        {
+        match &lock(&self.entries).get(&file_key(file))?.held {
             Held::Memory(b) => Some(b.clone()),
             Held::Disk(_) | Held::Missing => None,
         }
     }
 
     fn release(&self, file: &File) {
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        let k = key(file);
+        let mut entries = lock(&self.entries);
+        let k = file_key(file);
         if let Some(e) = entries.get_mut(&k) {
             e.refs -= 1;
             if e.refs == 0
@@ -246,11 +239,6 @@ impl Drop for TempCache {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
-}
-
-/// Files are held whole: a virtual file (a tar member) shares its parent's entry.
-fn key(file: &File) -> String {
-    format!("{}\u{0}{}", file.source, file.path)
 }
 
 /// Removes `prefetch-*` dirs under `tmp` whose owner lock is free (the owner

@@ -56,7 +56,11 @@ impl Chain {
             }
             Err(e) => {
                 // Removing the partial files is blocking file work too.
-                let _ = tokio::task::spawn_blocking(move || drop(staging)).await;
+                let _ = crate::runtime::blocking(move || {
+                    drop(staging);
+                    Ok(())
+                })
+                .await;
                 Err(e)
             }
         }

@@ -186,9 +186,11 @@ impl ExecutorBuilder {
         let root = work_dir.join("udfchain");
         // Prefetch dirs left by a killed executor on this work dir go now.
         let tmp = root.join("tmp");
-        tokio::task::spawn_blocking(move || crate::cache::temp::sweep_orphans(&tmp))
-            .await
-            .map_err(|e| Error::internal(format!("sweeping temp dirs: {e}")))?;
+        crate::runtime::blocking(move || {
+            crate::cache::temp::sweep_orphans(&tmp);
+            Ok(())
+        })
+        .await?;
         let flight_port = match self.port {
             0 => free_port(&self.bind_host).map_err(|e| Error::io(&self.bind_host, e))?,
             p => p,

@@ -61,6 +61,7 @@ use futures::{Future, Stream};
 use tokio::task::JoinHandle;
 
 use crate::error::Error;
+use crate::util::lock::lock;
 
 /// How long a dropped stream's cancel may take to reach the scheduler.
 pub const CANCEL_TIMEOUT: Duration = Duration::from_secs(5);
@@ -79,7 +80,7 @@ static PENDING: Mutex<Vec<(JoinHandle<()>, String)>> = Mutex::new(Vec::new());
 /// their schedulers; returns those schedulers (`df://host:port`), none when
 /// no job was running on a cluster.
 pub async fn cancels_sent(timeout: Duration) -> Vec<String> {
-    let pending: Vec<_> = std::mem::take(&mut *PENDING.lock().unwrap_or_else(|e| e.into_inner()));
+    let pending: Vec<_> = std::mem::take(&mut *lock(&PENDING));
     let (tasks, mut schedulers): (Vec<_>, Vec<_>) = pending.into_iter().unzip();
     let _ = tokio::time::timeout(timeout, futures::future::join_all(tasks)).await;
     schedulers.dedup();
@@ -327,7 +328,7 @@ impl JobStream {
             // Best effort: an unreachable scheduler leaves the job to run out.
             let _ = tokio::time::timeout(CANCEL_TIMEOUT, cancel).await;
         });
-        let mut pending = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pending = lock(&PENDING);
         pending.retain(|(t, _)| !t.is_finished());
         pending.push((task, named));
     }

@@ -46,6 +46,7 @@ use futures::{Future, Stream};
 use tokio::sync::watch;
 
 use crate::error::Error;
+use crate::util::lock::lock;
 
 /// How often a job with running udfchain streams is looked up.
 pub const POLL: Duration = Duration::from_millis(200);
@@ -81,7 +82,7 @@ impl JobWatch {
     fn watch(&self, job: &str) -> Option<watch::Receiver<Option<String>>> {
         let scheduler = self.scheduler.get()?.clone();
         let runtime = tokio::runtime::Handle::try_current().ok()?;
-        let mut jobs = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
+        let mut jobs = lock(&self.jobs);
         if let Some(tx) = jobs.get(job) {
             return Some(tx.subscribe());
         }
@@ -103,7 +104,7 @@ async fn poll_job(jobs: Jobs, scheduler: String, job: String, tx: watch::Sender<
     loop {
         tokio::time::sleep(POLL).await;
         {
-            let mut map = jobs.lock().unwrap_or_else(|e| e.into_inner());
+            let mut map = lock(&jobs);
             // Only the map's copy of the sender is left subscribed to: done.
             if tx.receiver_count() == 0 {
                 map.remove(&job);
@@ -129,7 +130,7 @@ async fn poll_job(jobs: Jobs, scheduler: String, job: String, tx: watch::Sender<
             None => Some(Some("the scheduler no longer knows the job".to_string())),
         };
         if let Some(reason) = stop {
-            jobs.lock().unwrap_or_else(|e| e.into_inner()).remove(&job);
+            lock(&jobs).remove(&job);
             if let Some(reason) = reason {
                 tx.send_replace(Some(reason));
             }

@@ -50,7 +50,7 @@ use std::time::Duration;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use crate::error::{Error, Result};
-use crate::runtime;
+use crate::runtime::blocking;
 use crate::util::durable;
 use crate::util::owner::{self, OwnerLock};
 
@@ -101,13 +101,6 @@ impl Drop for Staging {
             drop(lock);
         }
     }
-}
-
-/// Runs catalog work on tokio's blocking pool ([`runtime::blocking`]).
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
-    runtime::blocking(f)
-        .await
-        .map_err(|e| Error::Dataset(format!("catalog task: {e}")))?
 }
 
 impl Catalog {

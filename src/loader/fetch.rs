@@ -35,10 +35,11 @@ use datafusion::logical_expr::LogicalPlanBuilder;
 use udfchain_udfs::{CallError, File, Mapper, Signature, decode_rows};
 
 use super::plan::{partitions, permutation, seed_of, share};
-use super::source::{Resolved, blocking};
+use super::source::Resolved;
 use super::{EpochPlan, PartitionData};
 use crate::chain::Chain;
 use crate::error::{Error, Result};
+use crate::runtime::blocking;
 use crate::session::Session;
 use crate::settings::{OnError, Settings};
 

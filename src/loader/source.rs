@@ -25,6 +25,7 @@ use datafusion::parquet::file::metadata::PageIndexPolicy;
 use crate::chain::Chain;
 use crate::dataset::Catalog;
 use crate::error::{Error, Result};
+use crate::runtime::blocking;
 use crate::session::Session;
 
 /// One Parquet file of the source, with its footer.
@@ -223,13 +224,4 @@ impl Resolved {
 
 fn parquet_err(path: &std::path::Path, e: datafusion::parquet::errors::ParquetError) -> Error {
     Error::io(path.display(), std::io::Error::other(e.to_string()))
-}
-
-/// Runs blocking file work on tokio's blocking pool.
-pub(crate) async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T> + Send + 'static,
-) -> Result<T> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| Error::internal(format!("loader file task: {e}")))?
 }

@@ -190,11 +190,6 @@ impl Pipeline {
             Ok(sup)
         })
         .await
-        .map_err(|e| crate::error::Error::Pipeline {
-            pipeline: self.config.name.clone(),
-            reason: format!("opening its state: {e}"),
-            source: None,
-        })?
     }
 
     /// Replays the samples with timestamps in `[from, to]` (inclusive, seconds

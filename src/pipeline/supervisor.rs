@@ -32,7 +32,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use rusqlite::{Connection, TransactionBehavior, params};
 use serde::{Deserialize, Serialize};
@@ -50,6 +50,7 @@ use crate::pipeline::trigger::{FeatureSource, Trigger, build_trigger};
 use crate::runtime;
 use crate::session::Session;
 use crate::udfs::File;
+use crate::util::lock::lock;
 
 /// The dataset a trigger's set is saved as.
 pub fn dataset_name(pipeline: &str, trigger_id: u64) -> String {
@@ -102,11 +103,6 @@ struct Core {
     sql: SqlErr,
     trigger: Box<dyn Trigger>,
     strategy: Box<dyn Strategy>,
-}
-
-fn lock(core: &Mutex<Core>) -> MutexGuard<'_, Core> {
-    // A panic in a step leaves the db to SQLite's rollback: keep going.
-    core.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// One running pipeline: its config, its state db, its trigger and strategy.
@@ -232,13 +228,7 @@ impl Supervisor {
         step: impl FnOnce(&mut Core) -> Result<T> + Send + 'static,
     ) -> Result<T> {
         let core = Arc::clone(&self.core);
-        runtime::blocking(move || step(&mut lock(&core)))
-            .await
-            .map_err(|e| Error::Pipeline {
-                pipeline: self.config.name.clone(),
-                reason: format!("state db step: {e}"),
-                source: None,
-            })?
+        runtime::blocking(move || step(&mut lock(&core))).await
     }
 
     /// Replay: finishes pending triggers, ingests what storage holds, informs
@@ -372,9 +362,7 @@ impl Supervisor {
                 self.save(&t, &name).await?;
                 t.dataset = Some(name);
                 let (hook, record) = (self.hook.clone(), t.clone());
-                let result = tokio::task::spawn_blocking(move || hook.run(&record))
-                    .await
-                    .map_err(|x| Error::internal(format!("training hook task: {x}")))?;
+                let result = runtime::blocking(move || Ok(hook.run(&record))).await?;
                 if let Err(err) = result {
                     let (id, msg, dataset) =
                         (t.trigger_id as i64, err.to_string(), t.dataset.clone());

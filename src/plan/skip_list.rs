@@ -5,6 +5,7 @@
 //! thousand strings, not millions. Entries are redacted
 //! ([`redact`](crate::util::redact::redact)).
 
+use crate::util::lock::lock;
 use std::sync::Mutex;
 
 /// The most dropped rows one operator (and one report) lists.
@@ -42,7 +43,7 @@ impl SkipList {
     /// Records one dropped row, listed (redacted: a presigned URL's
     /// signature is masked) if the list has room.
     pub fn push(&self, what: String) {
-        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut inner = lock(&self.inner);
         inner.total += 1;
         if inner.listed.len() < self.limit {
             inner
@@ -53,15 +54,11 @@ impl SkipList {
 
     /// The listed entries, in the order they were recorded.
     pub fn listed(&self) -> Vec<String> {
-        self.inner
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .listed
-            .clone()
+        lock(&self.inner).listed.clone()
     }
 
     /// Every dropped row, listed or not.
     pub fn total(&self) -> usize {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner()).total
+        lock(&self.inner).total
     }
 }

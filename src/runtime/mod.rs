@@ -16,6 +16,8 @@ use std::task::{Context, Poll};
 use tokio::runtime::{Builder, Handle, Runtime};
 use tokio::task::JoinHandle;
 
+use crate::error::{Error, Result};
+
 /// Number of cores this process may use.
 pub fn cores() -> usize {
     std::thread::available_parallelism()
@@ -54,6 +56,18 @@ where
     PoolTask(handle.spawn(fut))
 }
 
+/// Spawns `fut` on the current runtime, aborted on drop.
+///
+/// # Panics
+/// Outside a tokio runtime, as `tokio::spawn` does.
+pub fn spawn<F>(fut: F) -> PoolTask<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    PoolTask(tokio::spawn(fut))
+}
+
 /// A task that is aborted when this handle is dropped. Resolves to the task's
 /// output, or to the panic message if it panicked.
 #[must_use = "dropping a PoolTask aborts it"]
@@ -80,6 +94,13 @@ impl<T> Future for PoolTask<T> {
     }
 }
 
+impl<T> PoolTask<T> {
+    /// Whether the task has ended (its output is ready).
+    pub fn is_finished(&self) -> bool {
+        self.0.is_finished()
+    }
+}
+
 impl<T> Drop for PoolTask<T> {
     fn drop(&mut self) {
         self.0.abort();
@@ -87,17 +108,22 @@ impl<T> Drop for PoolTask<T> {
 }
 
 /// Runs blocking work (SQLite, file system calls) on tokio's blocking pool, so
-/// it never stalls an async worker; a panic in it resumes here. `Err` only
-/// when the runtime shuts down before the work ran (its message says so).
+/// it never stalls an async worker. The one panic policy: a panic in `f`
+/// resumes in the caller, as if `f` had been called there (blocking work is
+/// engine code, and a panic in it is a bug to surface, not a row's error).
+/// Besides `f`'s own errors, `Err` only when the runtime shuts down before `f`
+/// ran.
 ///
 /// # Cancel safety
 /// Dropping the future does not stop the work once started.
-pub async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> T + Send + 'static,
-) -> Result<T, String> {
+pub(crate) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
     match tokio::task::spawn_blocking(f).await {
-        Ok(r) => Ok(r),
+        Ok(r) => r,
         Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-        Err(e) => Err(format!("blocking task cancelled: {e}")),
+        Err(e) => Err(Error::internal(format!(
+            "blocking work cancelled (the runtime is shutting down): {e}"
+        ))),
     }
 }

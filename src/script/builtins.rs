@@ -45,6 +45,7 @@ use udfchain_udfs::{File, Mapper, UdfError, map_fn};
 
 use crate::chain::Settings;
 use crate::plan::{UdfKind, UdfNode};
+use crate::util::lock::lock;
 
 /// Builds the UDF for a call: `make(param column, output column)`.
 pub type Make = Arc<dyn Fn(&str, &str) -> Result<Arc<dyn Mapper>, UdfError> + Send + Sync>;
@@ -148,7 +149,7 @@ impl AnalyzerRule for BuiltinRewrite {
     }
 
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> DfResult<LogicalPlan> {
-        let table = self.udfs.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let table = lock(&self.udfs).clone();
         let mut any = false;
         plan.apply_with_subqueries(|p| {
             for e in p.expressions() {
@@ -168,11 +169,7 @@ impl AnalyzerRule for BuiltinRewrite {
             taken.extend(p.schema().fields().iter().map(|f| f.name().clone()));
             Ok(TreeNodeRecursion::Continue)
         })?;
-        let settings = self
-            .settings
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let settings = lock(&self.settings).clone();
         let mut rewriter = Rewriter {
             table,
             settings,

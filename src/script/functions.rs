@@ -31,6 +31,7 @@ use crate::dataset::Catalog;
 use crate::error::Error;
 use crate::plan::{UdfKind, UdfNode};
 use crate::storage::StorageTable;
+use crate::util::lock::lock;
 
 /// The table functions scripts know, for suggestions.
 pub const NAMES: &[&str] = &[
@@ -112,11 +113,7 @@ fn block<T>(fut: impl Future<Output = T>) -> DfResult<T> {
 
 impl TableFunctionImpl for TableFn {
     fn call_with_args(&self, args: TableFunctionArgs) -> DfResult<Arc<dyn TableProvider>> {
-        let settings = self
-            .settings
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let settings = lock(&self.settings).clone();
         let exprs = args.exprs();
         let first = string_arg(exprs, 0, "the first argument")?.ok_or_else(|| {
             DataFusionError::Plan("missing the first argument (a URI or name)".into())

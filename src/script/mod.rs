@@ -36,6 +36,7 @@ use crate::chain::{Chain, Settings};
 use crate::error::{Error, Result};
 use crate::session::Session;
 use crate::util::closest;
+use crate::util::lock::lock;
 
 /// What a statement produced.
 #[derive(Debug, Clone)]
@@ -109,23 +110,20 @@ impl ScriptRunner {
             .stub()
             .ok_or_else(|| Error::plan(format!("UDF {name}: its constructor failed")))?;
         self.session.context().register_udf(stub);
-        self.udfs.lock().unwrap_or_else(|p| p.into_inner()).push(b);
+        lock(&self.udfs).push(b);
         Ok(())
     }
 
     /// Applies `name = value` as a `SET` would.
     pub fn set(&self, name: &str, value: &str) -> Result<()> {
-        let mut s = self.settings.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = lock(&self.settings);
         *s = s.clone().set(name, value)?;
         Ok(())
     }
 
     /// The settings statements run with now.
     pub fn settings(&self) -> Settings {
-        self.settings
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        lock(&self.settings).clone()
     }
 
     /// Runs every statement of `script` in order; stops at the first error.

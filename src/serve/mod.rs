@@ -207,12 +207,12 @@ impl BoundServer {
         let sweeper = {
             let readahead = Arc::clone(&readahead);
             let every = (server.readahead_ttl / 4).max(Duration::from_millis(50));
-            Sweeper(tokio::spawn(async move {
+            crate::runtime::spawn(async move {
                 loop {
                     tokio::time::sleep(every).await;
                     readahead.expire();
                 }
-            }))
+            })
         };
         let service = LoaderFlightService::new(
             Arc::clone(&server.session),
@@ -250,15 +250,6 @@ impl BoundServer {
         drop(sweeper);
         readahead.close_all();
         result
-    }
-}
-
-/// The TTL sweeper's task, aborted with the server.
-struct Sweeper(tokio::task::JoinHandle<()>);
-
-impl Drop for Sweeper {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 

@@ -37,7 +37,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
@@ -45,6 +45,7 @@ use tokio::task::JoinHandle;
 
 use crate::error::{Error, Result};
 use crate::loader::{EpochPlan, Loader, PartitionData};
+use crate::util::lock::lock;
 
 /// Bytes of partitions held for all clients, unless the server says otherwise.
 pub const DEFAULT_MEMORY_LIMIT: usize = 1 << 30;
@@ -190,11 +191,6 @@ struct StreamState {
     /// `do_get` calls of this stream running now.
     active: usize,
     last_used: Instant,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding the lock leaves plain data behind: keep going.
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Every client stream of one server.

@@ -22,6 +22,7 @@ use futures::StreamExt;
 use udfchain_udfs::File;
 
 use crate::error::{Error, Result};
+use crate::runtime::blocking;
 
 /// Attempts per object at most (the first try plus retries).
 pub const MAX_ATTEMPTS: u32 = 12;
@@ -307,7 +308,9 @@ struct Writer {
 impl Writer {
     async fn create(path: &FsPath) -> Result<Self> {
         let p = path.to_path_buf();
-        let file = blocking(path, move || std::fs::File::create(&p)).await?;
+        let file =
+            blocking(move || std::fs::File::create(&p).map_err(|e| Error::io(p.display(), e)))
+                .await?;
         Ok(Self {
             path: path.to_path_buf(),
             file: Some(file),
@@ -337,10 +340,12 @@ impl Writer {
         };
         let chunks = std::mem::take(&mut self.pending);
         self.pending_len = 0;
-        let file = blocking(&self.path, move || {
+        let path = self.path.clone();
+        let file = blocking(move || {
             use std::io::Write;
             for c in &chunks {
-                file.write_all(c)?;
+                file.write_all(c)
+                    .map_err(|e| Error::io(path.display(), e))?;
             }
             Ok(file)
         })
@@ -348,17 +353,6 @@ impl Writer {
         self.file = Some(file);
         Ok(())
     }
-}
-
-/// Runs `f` on the blocking pool; its I/O errors name `path`.
-async fn blocking<T: Send + 'static>(
-    path: &FsPath,
-    f: impl FnOnce() -> std::io::Result<T> + Send + 'static,
-) -> Result<T> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| Error::io(path.display(), std::io::Error::other(e)))?
-        .map_err(|e| Error::io(path.display(), e))
 }
 
 #[cfg(test)]

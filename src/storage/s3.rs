@@ -108,6 +108,20 @@ struct InstanceCredentials {
     reachable: std::sync::atomic::AtomicBool,
 }
 
+/// Whether a TCP connection to `url`'s host opens within object_store's own
+/// connect timeout for the metadata endpoint (1 s). Blocking.
+fn connects_to(url: &str) -> bool {
+    let addr = Url::parse(url).ok().and_then(|url| {
+        let host = url.host_str()?.trim_matches(['[', ']']).to_string();
+        std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), url.port_or_known_default()?))
+            .ok()?
+            .next()
+    });
+    addr.is_some_and(|a| {
+        std::net::TcpStream::connect_timeout(&a, std::time::Duration::from_secs(1)).is_ok()
+    })
+}
+
 #[async_trait::async_trait]
 impl object_store::CredentialProvider for InstanceCredentials {
     type Credential = object_store::aws::AwsCredential;
@@ -117,20 +131,9 @@ impl object_store::CredentialProvider for InstanceCredentials {
         if !self.reachable.load(Ordering::Relaxed) {
             let metadata = self.metadata.clone();
             // object_store's own connect timeout for the metadata endpoint.
-            let connects = tokio::task::spawn_blocking(move || {
-                let url = Url::parse(&metadata).ok()?;
-                let addr = std::net::ToSocketAddrs::to_socket_addrs(&(
-                    url.host_str()?.trim_matches(['[', ']']),
-                    url.port_or_known_default()?,
-                ))
-                .ok()?
-                .next()?;
-                std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(1)).ok()
-            })
-            .await
-            .ok()
-            .flatten()
-            .is_some();
+            let connects = crate::runtime::blocking(move || Ok(connects_to(&metadata)))
+                .await
+                .unwrap_or(false);
             if !connects {
                 return Err(object_store::Error::Generic {
                     store: "S3",

@@ -15,6 +15,8 @@
 use std::borrow::Cow;
 use std::sync::{LazyLock, RwLock};
 
+use crate::util::lock::{read, write};
+
 /// The replacement text.
 pub const MASK: &str = "***";
 
@@ -87,7 +89,7 @@ pub fn register(value: &str) {
     if value.len() < MIN_SECRET_LEN {
         return;
     }
-    let mut secrets = SECRETS.write().unwrap_or_else(|p| p.into_inner());
+    let mut secrets = write(&SECRETS);
     if !secrets.iter().any(|s| s == value) {
         secrets.push(value.to_string());
         // Longest first, so a secret that contains another is masked whole.
@@ -99,7 +101,7 @@ pub fn register(value: &str) {
 pub fn redact(text: &str) -> Cow<'_, str> {
     let mut out = Cow::Borrowed(text);
     {
-        let secrets = SECRETS.read().unwrap_or_else(|p| p.into_inner());
+        let secrets = read(&SECRETS);
         for s in secrets.iter() {
             if out.contains(s.as_str()) {
                 out = Cow::Owned(out.replace(s.as_str(), MASK));

@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 /// lower layer, never one of its own layer or above.
 const LAYERS: &[&[&str]] = &[
     &["util"],
-    &["error", "runtime"],
+    &["error"],
+    &["runtime"],
     &["settings"],
     &["storage"],
     &["cache"],

@@ -16,9 +16,10 @@ use sha2::{Digest, Sha256};
 use tempfile::TempPath;
 use udfchain_udfs::File;
 
-use super::lock::{KeyLock, lock_path, still_linked};
-use super::{Inner, SharedCache, TEMP_PREFIX, lock};
+use super::key_lock::{KeyLock, lock_path, still_linked};
+use super::{Inner, SharedCache, TEMP_PREFIX};
 use crate::error::{Error, Result};
+use crate::util::lock::lock;
 
 /// A cache entry held in place: no pruning, in this process or another, removes
 /// it while the `Pin` lives. Dropping the last `Pin` of an entry releases it.

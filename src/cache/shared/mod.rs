@@ -46,24 +46,26 @@
 //! cache holds one inode per entry.
 
 mod entry;
-mod lock;
+mod key_lock;
 mod prune;
 
 pub use entry::Pin;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
-use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 
 use udfchain_udfs::File;
 
 use self::entry::{Held, Prepared, install, prepare};
-use self::lock::{Flight, lock_path};
+use self::key_lock::lock_path;
 use self::prune::{prune, remove_entry, scan, sweep};
 use crate::cache::LocalCopies;
 use crate::error::{Error, Result};
+use crate::runtime::blocking;
+use crate::util::lock::lock;
+use crate::util::single_flight::SingleFlight;
 
 /// Hex chars of an entry name (SHA-256).
 const KEY_LEN: usize = 64;
@@ -77,15 +79,13 @@ pub struct CacheUsage {
     pub bytes: u64,
 }
 
-type Flights = Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>;
-
 /// The process-wide state of one cache dir.
 #[derive(Debug)]
 struct Inner {
     /// The canonical dir.
     dir: PathBuf,
     /// In-process single flight: one async mutex per key being fetched.
-    flights: Flights,
+    flights: SingleFlight,
     /// Upper estimate of the total entry bytes (`None`: unknown), so that a write
     /// under the limit does not rescan the directory.
     estimate: Mutex<Option<u64>>,
@@ -125,7 +125,7 @@ impl SharedCache {
             None => {
                 let inner = Arc::new(Inner {
                     dir: dir.clone(),
-                    flights: Mutex::default(),
+                    flights: SingleFlight::default(),
                     estimate: Mutex::new(None),
                     pins: Mutex::default(),
                 });
@@ -185,14 +185,14 @@ impl SharedCache {
             return Ok((p, false));
         }
 
-        let flight = Flight::join(&self.inner.flights, &key);
-        let _turn = flight.wait().await;
+        let flight = self.inner.flights.join(&key);
+        let _turn = flight.turn().await;
         // The caller ahead of us may just have written it.
         if let Some(p) = self.inner.pin(&key, &entry, size) {
             return Ok((p, false));
         }
 
-        let prepared = blocking(&entry, {
+        let prepared = blocking({
             let (inner, entry, key) = (Arc::clone(&self.inner), entry.clone(), key.clone());
             move || prepare(&inner, &entry, &key, size)
         })
@@ -207,7 +207,7 @@ impl SharedCache {
 
         let url = file.url();
         let (inner, limit) = (Arc::clone(&self.inner), self.limit);
-        let pin = blocking(&entry, {
+        let pin = blocking({
             let entry = entry.clone();
             move || {
                 let file = install(tmp, &entry, size, &url)?;
@@ -265,18 +265,4 @@ impl LocalCopies for SharedCache {
     fn local_path(&self, file: &File) -> Option<PathBuf> {
         self.get(file)
     }
-}
-
-/// Runs blocking file work off the async workers.
-async fn blocking<T: Send + 'static>(
-    what: &Path,
-    f: impl FnOnce() -> Result<T> + Send + 'static,
-) -> Result<T> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| Error::io(what.display(), io::Error::other(e)))?
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }

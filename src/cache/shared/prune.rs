@@ -12,9 +12,10 @@ use std::time::SystemTime;
 
 use fs4::{FileExt, TryLockError};
 
-use super::lock::{KeyLock, TryLock, lock_path, remove_if_exists, still_linked};
-use super::{CacheUsage, Inner, KEY_LEN, LOCK_SUFFIX, TEMP_PREFIX, lock};
+use super::key_lock::{KeyLock, TryLock, lock_path, remove_if_exists, still_linked};
+use super::{CacheUsage, Inner, KEY_LEN, LOCK_SUFFIX, TEMP_PREFIX};
 use crate::error::{Error, Result};
+use crate::util::lock::lock;
 
 impl Inner {
     /// After writing `written` bytes: prunes to 90% of `limit` if the total may

@@ -10,7 +10,6 @@
 //! shared-cache pins included); under `null` the
 //! failed file holds a placeholder and its other files are still fetched.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -23,13 +22,15 @@ use udfchain_udfs::File;
 
 use super::window::RoundTrip;
 use super::window_pins::WindowPins;
-use crate::cache::LocalCopies;
 use crate::cache::StoreSource;
+use crate::cache::{LocalCopies, file_key};
 use crate::cache::{SharedCache, TempCache};
 use crate::error::Error;
 use crate::plan::skip_list::SkipList;
 use crate::settings::OnError;
 use crate::storage::{Downloaded, download_bytes, download_to};
+use crate::util::lock::lock;
+use crate::util::single_flight::SingleFlight;
 
 pub(super) struct PrefetchMetrics {
     pub(super) files_fetched: Count,
@@ -68,7 +69,7 @@ pub(super) struct Downloads {
     /// in between (at most one file beyond the window).
     pub(super) pinned: Mutex<Option<File>>,
     /// Per-object locks: one download of an object at a time.
-    pub(super) fetching: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    pub(super) fetching: SingleFlight,
     pub(super) skipped: Arc<SkipList>,
     pub(super) metrics: PrefetchMetrics,
     /// The shortest recent time to first byte of a download (for `auto`).
@@ -86,7 +87,7 @@ impl Downloads {
     /// process, removed with the `TempCache`.
     pub(super) async fn prepare(self: &Arc<Self>) -> Result<(), Error> {
         let me = Arc::clone(self);
-        tokio::task::spawn_blocking(move || {
+        crate::runtime::blocking(move || {
             if me.into_cache || me.cache_dir.is_dir() {
                 let cache = SharedCache::open(&me.cache_dir, me.cache_limit)?;
                 me.temp
@@ -96,7 +97,6 @@ impl Downloads {
             me.temp.open_blocking()
         })
         .await
-        .map_err(|e| Error::internal(format!("opening the prefetch caches: {e}")))?
     }
 
     /// Downloads the files of a one-row batch; `None` when the row is skipped.
@@ -138,7 +138,7 @@ impl Downloads {
 
     /// Holds `parent` one extra time, releasing the previously pinned parent.
     fn pin(&self, parent: File) {
-        let mut pinned = self.pinned.lock().unwrap_or_else(|p| p.into_inner());
+        let mut pinned = lock(&self.pinned);
         if pinned
             .as_ref()
             .is_some_and(|p| p.path == parent.path && p.source == parent.source)
@@ -154,7 +154,7 @@ impl Downloads {
 
     /// Drops the extra hold of the pinned parent.
     pub(super) fn unpin(&self) {
-        let old = self.pinned.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let old = lock(&self.pinned).take();
         if let Some(old) = old {
             self.pins.release(&old);
         }
@@ -166,23 +166,9 @@ impl Downloads {
     /// first download instead of starting their own.
     async fn fetch_file(&self, file: &File) -> Result<bool, Error> {
         let file = &file.parent();
-        let key = format!("{}\u{0}{}", file.source, file.path);
-        let lock = Arc::clone(
-            self.fetching
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .entry(key.clone())
-                .or_default(),
-        );
-        let result = {
-            let _one = lock.lock().await;
-            self.fetch_locked(file).await
-        };
-        let mut fetching = self.fetching.lock().unwrap_or_else(|p| p.into_inner());
-        if Arc::strong_count(&lock) == 2 {
-            fetching.remove(&key);
-        }
-        result
+        self.fetching
+            .run(&file_key(file), async || self.fetch_locked(file).await)
+            .await
     }
 
     async fn fetch_locked(&self, file: &File) -> Result<bool, Error> {
@@ -264,10 +250,7 @@ impl Downloads {
         let result = run(store, path, file.url()).await;
         self.active.fetch_sub(1, Ordering::SeqCst);
         let (value, d) = result?;
-        self.round_trip
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .observe(d.first_byte);
+        lock(&self.round_trip).observe(d.first_byte);
         self.metrics.files_fetched.add(1);
         self.metrics.bytes_fetched.add(d.bytes as usize);
         self.metrics.retries.add(d.retries as usize);

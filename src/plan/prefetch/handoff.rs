@@ -17,6 +17,7 @@
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::Mutex;
 
+use crate::util::lock::lock;
 use tokio::sync::Notify;
 
 #[derive(Default)]
@@ -37,7 +38,7 @@ struct State {
 
 impl Handoff {
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.state)
     }
 
     /// The prefetch is about to return row `seq`.

@@ -226,7 +226,7 @@ impl PrefetchExec {
             connections: Arc::clone(&self.connections),
             on_error: self.options.on_error,
             active: Arc::clone(&self.active),
-            fetching: Mutex::default(),
+            fetching: Default::default(),
             pinned: Mutex::default(),
             skipped: Arc::clone(&self.skipped),
             metrics,

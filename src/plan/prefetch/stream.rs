@@ -53,6 +53,7 @@ use super::window::AutoWindow;
 use crate::error::Error;
 use crate::plan::batches::slices;
 use crate::runtime::{PoolTask, spawn_on};
+use crate::util::lock::lock;
 
 /// The reorder buffer may hold this many windows' worth of bytes: with a
 /// window sized for the mean round trip (~30 ms under the bench's tail model),
@@ -391,12 +392,7 @@ impl PrefetchStream {
         let Some(auto) = &mut self.auto else {
             return;
         };
-        let estimate = self
-            .shared
-            .round_trip
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get();
+        let estimate = lock(&self.shared.round_trip).get();
         // No download finished yet: keep the initial window.
         if let Some(rtt) = estimate {
             self.window = auto.taken(Instant::now(), rtt, self.window);

@@ -9,7 +9,8 @@ use std::sync::{Arc, Mutex};
 
 use udfchain_udfs::File;
 
-use crate::cache::{LocalCopies, Pin};
+use crate::cache::{LocalCopies, Pin, file_key};
+use crate::util::lock::lock;
 
 /// The shared-cache entries a prefetch window holds for its rows, in front of
 /// the window's other local copies (`inner`, its temp cache): each entry stays
@@ -33,14 +34,14 @@ impl WindowPins {
     /// Holds `pin`, the entry of `file`, for one more row.
     pub fn hold(&self, file: &File, pin: Pin) {
         lock(&self.held)
-            .entry(window_key(file))
+            .entry(file_key(file))
             .and_modify(|(_, rows)| *rows += 1)
             .or_insert((pin, 1));
     }
 
     /// Counts one more row using `file` if its entry is held.
     pub fn acquire(&self, file: &File) -> bool {
-        match lock(&self.held).get_mut(&window_key(file)) {
+        match lock(&self.held).get_mut(&file_key(file)) {
             Some((_, rows)) => {
                 *rows += 1;
                 true
@@ -61,7 +62,7 @@ impl WindowPins {
 
 impl LocalCopies for WindowPins {
     fn local_path(&self, file: &File) -> Option<PathBuf> {
-        if let Some((pin, _)) = lock(&self.held).get(&window_key(file)) {
+        if let Some((pin, _)) = lock(&self.held).get(&file_key(file)) {
             return Some(pin.path().to_path_buf());
         }
         self.inner.local_path(file)
@@ -73,7 +74,7 @@ impl LocalCopies for WindowPins {
 
     fn release(&self, file: &File) {
         let mut held = lock(&self.held);
-        let key = window_key(file);
+        let key = file_key(file);
         match held.get_mut(&key) {
             Some((_, rows)) => {
                 *rows -= 1;
@@ -87,12 +88,4 @@ impl LocalCopies for WindowPins {
             }
         }
     }
-}
-
-fn window_key(file: &File) -> String {
-    format!("{}\u{0}{}", file.source, file.path)
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }

@@ -1,65 +1,22 @@
-//! Exclusion per key: in-process, a [`Flight`] per key being fetched (one
-//! async mutex, removed with its last user); across processes, a [`KeyLock`]
-//! (an exclusive `flock` on `<entry>.lock`) held while checking and fetching.
+//! Exclusion per key across processes: a [`KeyLock`] (an exclusive `flock` on
+//! `<entry>.lock`) held while checking and fetching (in process, callers take
+//! turns first through [`crate::util::single_flight`]).
 //! A lock file is unlinked only by its holder, so a waiter that locked an
 //! unlinked file notices ([`still_linked`]) and retries.
 
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use fs4::{FileExt, TryLockError};
 
-use super::{Flights, LOCK_SUFFIX};
+use super::LOCK_SUFFIX;
 use crate::error::{Error, Result};
 
 pub(super) fn lock_path(entry: &Path) -> PathBuf {
     let mut s = entry.as_os_str().to_owned();
     s.push(LOCK_SUFFIX);
     PathBuf::from(s)
-}
-
-/// A key's slot in the in-process single-flight map; the map entry is removed when
-/// its last user leaves.
-pub(super) struct Flight<'a> {
-    flights: &'a Flights,
-    key: String,
-    mutex: Option<Arc<tokio::sync::Mutex<()>>>,
-}
-
-impl<'a> Flight<'a> {
-    pub(super) fn join(flights: &'a Flights, key: &str) -> Self {
-        let mut map = flights.lock().unwrap_or_else(|p| p.into_inner());
-        let mutex = Arc::clone(map.entry(key.to_string()).or_default());
-        Self {
-            flights,
-            key: key.to_string(),
-            mutex: Some(mutex),
-        }
-    }
-
-    pub(super) async fn wait(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
-        match &self.mutex {
-            Some(m) => Some(m.lock().await),
-            None => None,
-        }
-    }
-}
-
-impl Drop for Flight<'_> {
-    fn drop(&mut self) {
-        let mut map = self.flights.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(mutex) = self.mutex.take() {
-            // Clones are only made under the map lock, so 2 (the map's and ours)
-            // means nobody else is waiting. Ours is dropped before the map lock.
-            if Arc::strong_count(&mutex) == 2
-                && map.get(&self.key).is_some_and(|m| Arc::ptr_eq(m, &mutex))
-            {
-                map.remove(&self.key);
-            }
-        }
-    }
 }
 
 pub(super) enum TryLock {
