@@ -5,7 +5,7 @@
 pub mod shared;
 pub mod source;
 pub mod temp;
-pub use shared::{CacheUsage, Pin, SharedCache};
+pub use shared::{CacheUsage, PinnedEntry, SharedCache};
 pub use source::{LocalCopies, StoreSource};
 pub use temp::TempCache;
 

@@ -12,7 +12,7 @@
 //! find it there and make no request. A local copy that vanished between its
 //! lookup and the read (an unpinned shared-cache entry evicted meanwhile) is
 //! read from the store instead of failing. Every read of a listed file asks for
-//! the version it was listed with (see [`Pin`]): the range reads of one
+//! the version it was listed with (see [`VersionPin`]): the range reads of one
 //! `File::open` reader never mix two versions of a rewritten object.
 
 use std::collections::{BTreeMap, HashMap};
@@ -29,7 +29,7 @@ use udfchain_udfs::{File, FileSource, UdfError};
 
 use super::SharedCache;
 use crate::runtime::spawn_on;
-use crate::storage::Pin;
+use crate::storage::VersionPin;
 use crate::storage::{Location, download_to, open_store};
 use crate::util::lock::lock;
 
@@ -141,7 +141,7 @@ impl FileSource for StoreSource {
                 .map(Bytes::from)
                 .map_err(|e| read_error(file, e));
         }
-        let pin = Pin::of(file);
+        let pin = VersionPin::of(file);
         let task = spawn_on(&self.io, async move {
             get_pinned(&store, &path, &pin, None).await
         });
@@ -175,7 +175,7 @@ impl FileSource for StoreSource {
             }
         }
         let (store, path) = self.resolve(&target)?;
-        let pin = Pin::of(&target);
+        let pin = VersionPin::of(&target);
         let task = spawn_on(&self.io, async move {
             get_pinned(&store, &path, &pin, Some(GetRange::Bounded(range))).await
         });
@@ -214,7 +214,7 @@ impl FileSource for StoreSource {
 async fn get_pinned(
     store: &Arc<dyn ObjectStore>,
     path: &Path,
-    pin: &Pin,
+    pin: &VersionPin,
     range: Option<GetRange>,
 ) -> Result<Bytes, Box<dyn std::error::Error + Send + Sync>> {
     let result = store

@@ -45,13 +45,13 @@ pub struct TempCache {
 
 #[derive(Debug)]
 struct Entry {
-    held: Held,
+    copy: TempCopy,
     refs: usize,
 }
 
 /// Where a prefetched file is held.
 #[derive(Debug, Clone)]
-enum Held {
+enum TempCopy {
     Disk(PathBuf),
     Memory(bytes::Bytes),
     /// No copy: rows whose download of the file failed still count on it.
@@ -125,33 +125,33 @@ impl TempCache {
 
     /// Registers a complete download of `file` at `path` for one more row.
     pub fn insert(&self, file: &File, path: PathBuf) {
-        self.hold(file, Held::Disk(path));
+        self.hold(file, TempCopy::Disk(path));
     }
 
     /// Registers the complete bytes of `file`, held in memory, for one more row.
     pub fn insert_bytes(&self, file: &File, bytes: bytes::Bytes) {
-        self.hold(file, Held::Memory(bytes));
+        self.hold(file, TempCopy::Memory(bytes));
     }
 
-    fn hold(&self, file: &File, held: Held) {
+    fn hold(&self, file: &File, copy: TempCopy) {
         let mut entries = lock(&self.entries);
         match entries.get_mut(&file_key(file)) {
-            Some(e) if matches!(e.held, Held::Missing) => {
+            Some(e) if matches!(e.copy, TempCopy::Missing) => {
                 // Rows whose download failed wait on it: the copy is theirs too.
                 e.refs += 1;
-                e.held = held;
+                e.copy = copy;
             }
             Some(e) => {
                 // Already held (the same file in two rows of the window): keep one copy.
                 e.refs += 1;
-                if let (Held::Disk(new), Held::Disk(old)) = (&held, &e.held)
+                if let (TempCopy::Disk(new), TempCopy::Disk(old)) = (&copy, &e.copy)
                     && new != old
                 {
                     let _ = std::fs::remove_file(new);
                 }
             }
             None => {
-                entries.insert(file_key(file), Entry { held, refs: 1 });
+                entries.insert(file_key(file), Entry { copy, refs: 1 });
             }
         }
     }
@@ -159,14 +159,14 @@ impl TempCache {
     /// Counts one more row using `file` (a row whose download of it failed
     /// under `on_error = null`), whether or not a copy is held.
     pub fn hold_missing(&self, file: &File) {
-        self.hold(file, Held::Missing);
+        self.hold(file, TempCopy::Missing);
     }
 
     /// Counts one more row using `file` if a copy of it is already held.
     pub fn acquire(&self, file: &File) -> bool {
         let mut entries = lock(&self.entries);
         match entries.get_mut(&file_key(file)) {
-            Some(e) if !matches!(e.held, Held::Missing) => {
+            Some(e) if !matches!(e.copy, TempCopy::Missing) => {
                 e.refs += 1;
                 true
             }
@@ -190,28 +190,28 @@ impl LocalCopies for TempCache {
     fn local_path(&self, file: &File) -> Option<PathBuf> {
         let mut entries = lock(&self.entries);
         let entry = match entries.get_mut(&file_key(file)) {
-            Some(e) if !matches!(e.held, Held::Missing) => e,
+            Some(e) if !matches!(e.copy, TempCopy::Missing) => e,
             _ => {
                 drop(entries);
                 return self.fallback.get()?.local_path(file);
             }
         };
-        match &entry.held {
-            Held::Disk(p) => Some(p.clone()),
-            Held::Missing => None,
-            Held::Memory(bytes) => {
+        match &entry.copy {
+            TempCopy::Disk(p) => Some(p.clone()),
+            TempCopy::Missing => None,
+            TempCopy::Memory(bytes) => {
                 let path = self.new_path(file);
                 std::fs::write(&path, bytes).ok()?;
-                entry.held = Held::Disk(path.clone());
+                entry.copy = TempCopy::Disk(path.clone());
                 Some(path)
             }
         }
     }
 
     fn local_bytes(&self, file: &File) -> Option<bytes::Bytes> {
-        match &lock(&self.entries).get(&file_key(file))?.held {
-            Held::Memory(b) => Some(b.clone()),
-            Held::Disk(_) | Held::Missing => None,
+        match &lock(&self.entries).get(&file_key(file))?.copy {
+            TempCopy::Memory(b) => Some(b.clone()),
+            TempCopy::Disk(_) | TempCopy::Missing => None,
         }
     }
 
@@ -222,7 +222,7 @@ impl LocalCopies for TempCache {
             e.refs -= 1;
             if e.refs == 0
                 && let Some(Entry {
-                    held: Held::Disk(path),
+                    copy: TempCopy::Disk(path),
                     ..
                 }) = entries.remove(&k)
             {

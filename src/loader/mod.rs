@@ -29,6 +29,7 @@
 //! Parquet file kept as long as the loader (a dataset version is read in place).
 //! Its latest version, likewise, is fixed by the first plan.
 
+pub(crate) mod ahead;
 mod fetch;
 mod plan;
 mod source;

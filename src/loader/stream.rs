@@ -5,11 +5,11 @@
 //! - partitions are delivered in plan order; while the trainer reads
 //!   partition i, partitions i+1..=i+k are fetched (or ready), at most `p` of
 //!   them at once; `k = 0` fetches a partition when the previous one is used up;
-//! - at most k + 1 partitions are held (the one being read and k ahead): a
-//!   partition's slot is taken before its fetch starts and released when the
-//!   trainer has moved past it (the rows left over for the next batch, fewer
-//!   than `batch_size`, are copied out first); each held partition is charged
-//!   to the session's memory pool;
+//! - at most k + 1 partitions are held (the one being read and k ahead):
+//!   partition i + k starts only when the trainer has moved past partition
+//!   i - 1 and released it (the rows left over for the next batch, fewer than
+//!   `batch_size`, are copied out first); each held partition is charged to
+//!   the session's memory pool; the fetching is [`super::ahead::FetchAhead`];
 //! - batches straddle partitions, shuffled or not: every batch has
 //!   `batch_size` rows but the last of the epoch, which `drop_last` drops;
 //! - a fetch error ends the stream with that error, after every row before it;
@@ -22,13 +22,10 @@ use datafusion::arrow::array::{RecordBatch, UInt64Array};
 use datafusion::arrow::compute::{concat_batches, take_record_batch};
 use datafusion::arrow::datatypes::SchemaRef;
 use futures::stream::{BoxStream, StreamExt};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
+use super::ahead::FetchAhead;
 use super::{EpochPlan, PartitionData, fetch::fetch};
 use crate::error::{Error, Result};
-use crate::runtime::{PoolTask, spawn_on};
-
-type Fetched = PoolTask<Result<(PartitionData, OwnedSemaphorePermit)>>;
 
 /// The batches of `plan`, `k` partitions ahead, `p` fetches at once.
 pub(crate) fn epoch_stream(
@@ -40,37 +37,12 @@ pub(crate) fn epoch_stream(
 ) -> Result<BoxStream<'static, Result<RecordBatch>>> {
     let handle = tokio::runtime::Handle::try_current()
         .map_err(|e| Error::internal(format!("the loader's epoch needs a tokio runtime: {e}")))?;
-    let (tx, rx) = mpsc::unbounded_channel::<Fetched>();
     let schema = Arc::clone(&plan.schema);
-    let plan = Arc::new(plan);
-    // Slots bound what is held (k + 1 partitions), permits what is fetched at once.
-    let slots = Arc::new(Semaphore::new(
-        k.saturating_add(1).min(Semaphore::MAX_PERMITS),
-    ));
-    let permits = Arc::new(Semaphore::new(p.max(1)));
-    let spawner = handle.clone();
-    let driver = spawn_on(&handle, async move {
-        for i in 0..plan.partitions.len() {
-            let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
-                return;
-            };
-            let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
-                return;
-            };
-            let plan = Arc::clone(&plan);
-            let task = spawn_on(&spawner, async move {
-                let data = fetch(&plan, i).await;
-                drop(permit);
-                data.map(|d| (d, slot))
-            });
-            if tx.send(task).is_err() {
-                return;
-            }
-        }
-    });
-    let state = State {
-        rx,
-        _driver: driver,
+    let mut state = State {
+        plan: Arc::new(plan),
+        ahead: FetchAhead::new(handle, p, 0),
+        k,
+        next: 0,
         queue: VecDeque::new(),
         held: None,
         carry: None,
@@ -79,6 +51,8 @@ pub(crate) fn epoch_stream(
         drop_last,
         done: false,
     };
+    // Partitions 0..=k start now, before the trainer asks.
+    state.read_ahead();
     Ok(futures::stream::unfold(state, |mut s| async move {
         let item = s.next().await?;
         Some((item, s))
@@ -87,12 +61,15 @@ pub(crate) fn epoch_stream(
 }
 
 struct State {
-    rx: mpsc::UnboundedReceiver<Fetched>,
-    _driver: PoolTask<()>,
+    plan: Arc<EpochPlan>,
+    ahead: FetchAhead<PartitionData>,
+    k: usize,
+    /// The next partition to read.
+    next: usize,
     /// The batches of the partition being read, not yet cut.
     queue: VecDeque<RecordBatch>,
-    /// The partition being read and its slot.
-    held: Option<(PartitionData, OwnedSemaphorePermit)>,
+    /// The partition being read.
+    held: Option<PartitionData>,
     /// Rows read but not yet delivered (fewer than `batch_size` between calls).
     carry: Option<RecordBatch>,
     schema: SchemaRef,
@@ -102,6 +79,17 @@ struct State {
 }
 
 impl State {
+    /// Starts partitions `next..=next + k` not started yet: with the one being
+    /// read, k + 1 held at most.
+    fn read_ahead(&mut self) {
+        let end =
+            (self.plan.partitions.len()).min(self.next.saturating_add(self.k).saturating_add(1));
+        for i in self.next..end {
+            let plan = Arc::clone(&self.plan);
+            self.ahead.start(i, async move { fetch(&plan, i).await });
+        }
+    }
+
     async fn next(&mut self) -> Option<Result<RecordBatch>> {
         if self.done {
             return None;
@@ -122,7 +110,7 @@ impl State {
                 continue;
             }
             // The partition being read is used up: copy the leftover rows out
-            // of it, then release it and its slot.
+            // of it, then release it.
             if self.held.is_some() {
                 if let Some(c) = self.carry.take() {
                     let all = UInt64Array::from_iter_values(0..c.num_rows() as u64);
@@ -136,22 +124,25 @@ impl State {
                 }
                 self.held = None;
             }
-            match self.rx.recv().await {
-                Some(task) => match task.await {
-                    Ok(Ok((mut data, slot))) => {
-                        self.queue = std::mem::take(&mut data.batches).into();
-                        self.held = Some((data, slot));
-                    }
-                    Ok(Err(e)) => return self.fail(e),
-                    Err(msg) => {
-                        return self.fail(Error::internal(format!("loader fetch task {msg}")));
-                    }
-                },
-                None => {
-                    self.done = true;
-                    let rest = self.carry.take()?;
-                    return (!self.drop_last).then_some(Ok(rest));
+            if self.next >= self.plan.partitions.len() {
+                self.done = true;
+                let rest = self.carry.take()?;
+                return (!self.drop_last).then_some(Ok(rest));
+            }
+            self.read_ahead();
+            let index = self.next;
+            self.next += 1;
+            let Some(fetch) = self.ahead.take(index) else {
+                return self.fail(Error::internal(format!(
+                    "loader partition {index} was never started"
+                )));
+            };
+            match fetch.wait().await {
+                Ok(mut data) => {
+                    self.queue = std::mem::take(&mut data.batches).into();
+                    self.held = Some(data);
                 }
+                Err(e) => return self.fail(e),
             }
         }
     }
@@ -172,6 +163,7 @@ impl State {
         self.done = true;
         self.queue.clear();
         self.held = None;
+        self.ahead.clear();
         Some(Err(e))
     }
 }

@@ -42,7 +42,7 @@ use udfchain_udfs::{CallError, Generator};
 
 use super::batches::{append_column, repeat_row, slices};
 use super::on_error::null_output;
-use super::operator::{Partition, Shape, UdfOperator};
+use super::operator::{CallContext, Shape, UdfOperator};
 use super::udf_call::{Failure, UdfCall};
 use super::unary_exec::unary_exec_boilerplate;
 use crate::runtime::PoolTask;
@@ -152,7 +152,7 @@ enum Event {
 
 struct GenState {
     input: SendableRecordBatchStream,
-    part: Partition<dyn Generator>,
+    part: CallContext<dyn Generator>,
     rows: VecDeque<RecordBatch>,
     jobs: VecDeque<Job>,
     input_done: bool,

@@ -27,7 +27,7 @@ use futures::stream::{self, StreamExt, TryStreamExt};
 use udfchain_udfs::Mapper;
 
 use super::batches::slices;
-use super::operator::{Partition, Shape, UdfOperator};
+use super::operator::{CallContext, Shape, UdfOperator};
 use super::prefetch::Handoff;
 use super::udf_call::UdfCall;
 use super::unary_exec::unary_exec_boilerplate;
@@ -140,7 +140,7 @@ impl ExecutionPlan for MapExec {
 /// position in the input, and the results go back in input order.
 fn in_order(
     input: SendableRecordBatchStream,
-    part: Partition<dyn Mapper>,
+    part: CallContext<dyn Mapper>,
     handoff: Arc<Handoff>,
     baseline: BaselineMetrics,
 ) -> SendableRecordBatchStream {

@@ -1,5 +1,5 @@
 //! The one meaning of `on_error`, the same for every UDF kind
-//! ([`Partition::call_rows`]): `fail` fails the query with an error naming the UDF, the file (the first `File` param of the row) and the
+//! ([`CallContext::call_rows`]): `fail` fails the query with an error naming the UDF, the file (the first `File` param of the row) and the
 //! row (its number in the operator's input partition; for a call of several
 //! rows that failed as a whole, its first row, the error saying how many rows
 //! the call had); `null` emits every row of a failed call with a null output;
@@ -21,19 +21,19 @@ use datafusion::error::Result as DfResult;
 use udfchain_udfs::{CallError, UdfError};
 
 use super::batches::{append_column, take_rows};
-use super::operator::Partition;
+use super::operator::CallContext;
 use super::output::Done;
 use super::udf_call::Failure;
 use crate::settings::OnError;
 
-impl<U: ?Sized> Partition<U> {
+impl<U: ?Sized> CallContext<U> {
     /// Records rows `rows` of `batch` (whose first row is row `row_base` of
     /// the partition) as dropped by `on_error = skip`.
     pub fn skip(&self, batch: &RecordBatch, row_base: u64, rows: impl IntoIterator<Item = usize>) {
         self.record(self.skips(batch, row_base, rows));
     }
 
-    /// The skip-list entries of rows `rows` of `batch`, to [`Partition::record`]
+    /// The skip-list entries of rows `rows` of `batch`, to [`CallContext::record`]
     /// when the call's result is emitted (so an ordered operator lists them in
     /// output order).
     pub fn skips(
@@ -58,7 +58,7 @@ impl<U: ?Sized> Partition<U> {
     /// Runs `udf_fn` on the params of `batch` (whose first row is row `base`
     /// of the partition), releases the batch's prefetched files, and returns
     /// `batch` with the UDF's output column appended, `on_error` applied (see
-    /// the module header), with the rows it skipped (to [`Partition::emit`]).
+    /// the module header), with the rows it skipped (to [`CallContext::emit`]).
     pub async fn call_rows<F, Fut>(
         &self,
         batch: &RecordBatch,
@@ -175,7 +175,7 @@ impl<U: ?Sized> Partition<U> {
     }
 }
 
-/// The outcome of [`Partition::isolate`]: the rows that have `values`, and
+/// The outcome of [`CallContext::isolate`]: the rows that have `values`, and
 /// the rows that failed (both indexes into the call's batch).
 struct Isolated {
     rows: Vec<usize>,

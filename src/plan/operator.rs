@@ -1,7 +1,7 @@
 //! The scaffolding every UDF operator shares: [`UdfOperator`] (its input, the
 //! UDF, its [`UdfCall`], whether its input is the `PrefetchExec` that fetches
 //! its files, its plan properties and metrics), what the calls of one
-//! partition share ([`Partition`]), and the plan properties a UDF operator
+//! partition share ([`CallContext`]), and the plan properties a UDF operator
 //! declares ([`udf_properties`]).
 //!
 //! Guarantees: executing a partition executes its input first, so the
@@ -99,20 +99,20 @@ impl<U: ?Sized> UdfOperator<U> {
         &self,
         partition: usize,
         ctx: &Arc<TaskContext>,
-    ) -> DfResult<(SendableRecordBatchStream, Partition<U>, BaselineMetrics)> {
+    ) -> DfResult<(SendableRecordBatchStream, CallContext<U>, BaselineMetrics)> {
         self.start_with(partition, ctx, false)
     }
 
     /// [`UdfOperator::start`]; with `handoff` (an operator that puts its
     /// results back in input order itself) an ordered `PrefetchExec` below
-    /// hands rows on as their downloads finish, and [`Partition::handoff`]
+    /// hands rows on as their downloads finish, and [`CallContext::handoff`]
     /// says where each belongs.
     pub fn start_with(
         &self,
         partition: usize,
         ctx: &Arc<TaskContext>,
         handoff: bool,
-    ) -> DfResult<(SendableRecordBatchStream, Partition<U>, BaselineMetrics)> {
+    ) -> DfResult<(SendableRecordBatchStream, CallContext<U>, BaselineMetrics)> {
         let (input, handle) = if self.prefetched {
             let prefetch = self.input.downcast_ref::<PrefetchExec>().ok_or_else(|| {
                 Error::internal(format!(
@@ -132,7 +132,7 @@ impl<U: ?Sized> UdfOperator<U> {
             Some(h) => (Some(h.local), Some(h.temp), h.handoff),
             None => (None, None, None),
         };
-        let part = Partition {
+        let part = CallContext {
             source: self.call.file_source(ctx, local.clone())?,
             local,
             temp,
@@ -149,7 +149,7 @@ impl<U: ?Sized> UdfOperator<U> {
 
 /// What the calls of one partition of a UDF operator share; cheap to clone
 /// into each call's future.
-pub struct Partition<U: ?Sized> {
+pub struct CallContext<U: ?Sized> {
     pub call: Arc<UdfCall>,
     pub udf: Arc<U>,
     /// Serves the UDF's `File` reads.
@@ -168,7 +168,7 @@ pub struct Partition<U: ?Sized> {
     pub(super) skipped_rows: Count,
 }
 
-impl<U: ?Sized> Clone for Partition<U> {
+impl<U: ?Sized> Clone for CallContext<U> {
     fn clone(&self) -> Self {
         Self {
             call: Arc::clone(&self.call),

@@ -14,10 +14,10 @@ use datafusion::physical_plan::metrics::BaselineMetrics;
 use futures::{Stream, StreamExt};
 
 use super::in_order::InOrder;
-use super::operator::Partition;
+use super::operator::CallContext;
 use super::prefetch::Handoff;
 
-impl<U: ?Sized> Partition<U> {
+impl<U: ?Sized> CallContext<U> {
     /// A stream of no batches to chain after the operator's output: reached
     /// when the output is complete, it records in `copies_left` how many of
     /// the prefetched copies of this partition are still counted on (0 when
@@ -35,7 +35,7 @@ impl<U: ?Sized> Partition<U> {
     /// The operator's output stream: `calls` run `parallel` at once (results in
     /// input order, or as they finish with `ordered = false`), each call's
     /// skips recorded as its result is emitted, output rows counted, and the
-    /// end-of-output bookkeeping of [`Partition::end`] last.
+    /// end-of-output bookkeeping of [`CallContext::end`] last.
     pub fn output<S, F>(self, calls: S, baseline: BaselineMetrics) -> SendableRecordBatchStream
     where
         U: Send + Sync + 'static,

@@ -38,7 +38,7 @@ use datafusion::arrow::ipc::writer::IpcWriteOptions;
 use futures::stream::{BoxStream, Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
-use super::readahead::{Held, ReadAhead, Serving};
+use super::readahead::{HeldPartition, ReadAhead, Serving};
 use super::request::{FlightRequest, RequestError};
 use super::ticket::{TicketError, TicketKey};
 use crate::chain::Chain;
@@ -158,7 +158,7 @@ fn schema_error(e: datafusion::arrow::error::ArrowError) -> Status {
 /// until the last message is sent or the client goes away.
 struct PartitionStream {
     inner: BoxStream<'static, Result<FlightData, Status>>,
-    held: Option<Held>,
+    held: Option<HeldPartition>,
     serving: Serving,
 }
 

@@ -34,16 +34,14 @@
 //!   stream over a cap is refused the same way. Every refusal says which
 //!   limit and the `udfchain serve` flag that raises it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::Semaphore;
-use tokio::task::JoinHandle;
-
 use crate::error::{Error, Result};
+use crate::loader::ahead::FetchAhead;
 use crate::loader::{EpochPlan, Loader, PartitionData};
 use crate::util::lock::lock;
 
@@ -95,12 +93,12 @@ fn exhausted(msg: String) -> Error {
 
 /// A fetched partition the server holds; counted in the buffered bytes until
 /// dropped (its memory pool reservation goes with it).
-pub struct Held {
+pub struct HeldPartition {
     pub data: PartitionData,
     counters: Arc<Counters>,
 }
 
-impl Drop for Held {
+impl Drop for HeldPartition {
     fn drop(&mut self) {
         self.counters
             .buffered_bytes
@@ -108,16 +106,6 @@ impl Drop for Held {
         self.counters
             .buffered_partitions
             .fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// A fetch task that is aborted when dropped; `None` when a partition fetched
-/// ahead did not fit in the read-ahead's share of the memory limit.
-struct Slot(JoinHandle<Result<Option<Held>>>);
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 
@@ -180,14 +168,13 @@ struct ClientStream {
     loader: Loader,
     plan: Arc<EpochPlan>,
     k: usize,
-    limit: Arc<Semaphore>,
     state: Mutex<StreamState>,
 }
 
 struct StreamState {
-    slots: BTreeMap<usize, Slot>,
-    /// Partitions below this have been started (or skipped) already.
-    started_below: usize,
+    /// The partitions fetched ahead: `None` when one did not fit in the
+    /// read-ahead's share of the memory limit.
+    ahead: FetchAhead<Option<HeldPartition>>,
     /// `do_get` calls of this stream running now.
     active: usize,
     last_used: Instant,
@@ -312,15 +299,16 @@ impl ReadAhead {
         p: usize,
         read_from: usize,
     ) -> Result<Arc<ClientStream>> {
+        let handle = tokio::runtime::Handle::try_current().map_err(|e| {
+            Error::internal(format!("a read-ahead stream needs a tokio runtime: {e}"))
+        })?;
         let stream = Arc::new(ClientStream {
             client,
             loader,
             plan: Arc::new(plan),
             k,
-            limit: Arc::new(Semaphore::new(p.max(1))),
             state: Mutex::new(StreamState {
-                slots: BTreeMap::new(),
-                started_below: read_from,
+                ahead: FetchAhead::new(handle, p, read_from),
                 active: 0,
                 last_used: Instant::now(),
             }),
@@ -340,35 +328,31 @@ impl ReadAhead {
     fn start(&self, stream: &Arc<ClientStream>, from: usize, n: usize) {
         let total = stream.plan.partitions.len();
         let mut st = lock(&stream.state);
-        let lo = from.max(st.started_below);
-        let hi = from.saturating_add(n).min(total);
-        for index in lo..hi {
+        for index in from..from.saturating_add(n).min(total) {
+            if st.ahead.is_started(index) {
+                continue;
+            }
             if self.counters.buffered_bytes.load(Ordering::SeqCst) >= self.limits.read_ahead_bytes()
             {
                 return;
             }
-            let slot = self.spawn_fetch(stream, index, false);
-            st.slots.insert(index, slot);
-            st.started_below = st.started_below.max(index + 1);
+            st.ahead.start(index, self.fetch(stream, index, false));
         }
     }
 
-    /// Fetches partition `index` of `stream`: ahead of its `do_get` (kept only
-    /// within the read-ahead's share of the memory limit) or asked for (kept
-    /// within the limit, else refused).
-    fn spawn_fetch(&self, stream: &Arc<ClientStream>, index: usize, asked: bool) -> Slot {
-        let (loader, plan, limit) = (
-            stream.loader.clone(),
-            Arc::clone(&stream.plan),
-            Arc::clone(&stream.limit),
-        );
+    /// The fetch of partition `index` of `stream`: ahead of its `do_get` (kept
+    /// only within the read-ahead's share of the memory limit) or asked for
+    /// (kept within the limit, else refused).
+    fn fetch(
+        &self,
+        stream: &Arc<ClientStream>,
+        index: usize,
+        asked: bool,
+    ) -> impl Future<Output = Result<Option<HeldPartition>>> + Send + 'static {
+        let (loader, plan) = (stream.loader.clone(), Arc::clone(&stream.plan));
         let counters = Arc::clone(&self.counters);
         let limits = self.limits;
-        Slot(tokio::spawn(async move {
-            let _permit = limit
-                .acquire_owned()
-                .await
-                .map_err(|_| Error::internal("read-ahead limit closed"))?;
+        async move {
             let data = loader.fetch(&plan, index).await?;
             let room = if asked {
                 limits.memory_limit
@@ -391,8 +375,8 @@ impl ReadAhead {
                 )));
             }
             counters.buffered_partitions.fetch_add(1, Ordering::Relaxed);
-            Ok(Some(Held { data, counters }))
-        }))
+            Ok(Some(HeldPartition { data, counters }))
+        }
     }
 
     /// Partition `index` of stream `id` for a `do_get`: taken from the
@@ -409,7 +393,7 @@ impl ReadAhead {
         index: usize,
         client: Option<IpAddr>,
         reopen: F,
-    ) -> Result<(Held, Serving, Arc<EpochPlan>)>
+    ) -> Result<(HeldPartition, Serving, Arc<EpochPlan>)>
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<(Loader, EpochPlan, usize, usize)>>,
@@ -436,31 +420,27 @@ impl ReadAhead {
             id,
             finished: false,
         };
-        let slot = {
+        let fetch = {
             let mut st = lock(&stream.state);
             st.active += 1;
             st.last_used = Instant::now();
             // Partitions far behind this one were skipped by the client.
-            let keep_from = index.saturating_sub(stream.k);
-            st.slots = st.slots.split_off(&keep_from);
-            st.slots.remove(&index)
-        };
-        let slot = match slot {
-            Some(s) => {
-                let counter = if s.0.is_finished() {
-                    &self.counters.ready_hits
-                } else {
-                    &self.counters.misses
-                };
-                counter.fetch_add(1, Ordering::Relaxed);
-                s
-            }
-            None => {
-                self.counters.misses.fetch_add(1, Ordering::Relaxed);
-                let s = self.spawn_fetch(&stream, index, true);
-                let mut st = lock(&stream.state);
-                st.started_below = st.started_below.max(index + 1);
-                s
+            st.ahead.forget_below(index.saturating_sub(stream.k));
+            match st.ahead.take(index) {
+                Some(f) => {
+                    let counter = if f.is_ready() {
+                        &self.counters.ready_hits
+                    } else {
+                        &self.counters.misses
+                    };
+                    counter.fetch_add(1, Ordering::Relaxed);
+                    f
+                }
+                None => {
+                    self.counters.misses.fetch_add(1, Ordering::Relaxed);
+                    st.ahead
+                        .fetch_asked(index, self.fetch(&stream, index, true))
+                }
             }
         };
         self.start(&stream, index + 1, stream.k);
@@ -468,13 +448,16 @@ impl ReadAhead {
             // The last partition: nothing more to read ahead for this client.
             self.close(id);
         }
-        let held = match Self::wait(slot).await {
+        let held = match fetch.wait().await {
             // Fetched ahead but over the read-ahead's share: fetch it now.
-            Ok(None) => Self::wait(self.spawn_fetch(&stream, index, true))
-                .await
-                .and_then(|h| {
+            Ok(None) => {
+                let again = lock(&stream.state)
+                    .ahead
+                    .fetch_asked(index, self.fetch(&stream, index, true));
+                again.wait().await.and_then(|h| {
                     h.ok_or_else(|| Error::internal("an asked-for fetch came back empty"))
-                }),
+                })
+            }
             Ok(Some(h)) => Ok(h),
             Err(e) => Err(e),
         };
@@ -489,14 +472,6 @@ impl ReadAhead {
             .partitions_served
             .fetch_add(1, Ordering::Relaxed);
         Ok((held, serving, Arc::clone(&stream.plan)))
-    }
-
-    /// The outcome of a fetch task.
-    async fn wait(mut slot: Slot) -> Result<Option<Held>> {
-        match (&mut slot.0).await {
-            Ok(r) => r,
-            Err(e) => Err(Error::internal(format!("partition fetch task: {e}"))),
-        }
     }
 
     /// Closes stream `id` (aborting its fetches, dropping its partitions);
@@ -519,7 +494,7 @@ impl ReadAhead {
         };
         match removed {
             Some(s) => {
-                lock(&s.state).slots.clear();
+                lock(&s.state).ahead.clear();
                 true
             }
             None => false,
@@ -546,7 +521,7 @@ impl ReadAhead {
     pub fn close_all(&self) {
         let all: Vec<_> = lock(&self.streams).drain().collect();
         for (_, s) in all {
-            lock(&s.state).slots.clear();
+            lock(&s.state).ahead.clear();
         }
     }
 
@@ -558,7 +533,10 @@ impl ReadAhead {
     /// A snapshot of what is held.
     pub fn stats(&self) -> ReadAheadStats {
         let streams = lock(&self.streams);
-        let pending = streams.values().map(|s| lock(&s.state).slots.len()).sum();
+        let pending = streams
+            .values()
+            .map(|s| lock(&s.state).ahead.pending())
+            .sum();
         let c = &self.counters;
         ReadAheadStats {
             buffered_bytes: c.buffered_bytes.load(Ordering::Relaxed),

@@ -4,7 +4,7 @@
 //! an interrupted body resumed by range from the last byte written.
 //!
 //! Version-pinned: every GET of a listed file (first request, retries, resumed
-//! ranges, and [`Pin`] used by on-demand range reads) asks for the version the
+//! ranges, and [`VersionPin`] used by on-demand range reads) asks for the version the
 //! listing reported (`version`, else `If-Match` its etag; a file listed without
 //! either is pinned to the etag of the first response). A rewritten object is
 //! an error naming the file ("changed since it was listed"), never retried and
@@ -66,12 +66,12 @@ pub fn is_transient(e: &object_store::Error) -> bool {
 
 /// The version of a listed file that every GET of it asks for.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Pin {
+pub struct VersionPin {
     version: Option<String>,
     etag: Option<String>,
 }
 
-impl Pin {
+impl VersionPin {
     /// The version or etag `file` was listed with (neither, for a file listed
     /// by a store that reports none).
     pub fn of(file: &File) -> Self {
@@ -201,7 +201,7 @@ async fn download(
     out: &mut Sink,
 ) -> Result<Downloaded> {
     let (size, url) = (file.size, file.url());
-    let mut pin = Pin::of(file);
+    let mut pin = VersionPin::of(file);
     let mut written = 0u64;
     let mut retries = 0u32;
     let mut first_byte = None;
@@ -419,20 +419,21 @@ mod tests {
 
     #[test]
     fn a_pin_asks_for_the_version_else_the_etag() {
-        let opts = Pin::of(&file(Some("\"e1\""), None)).options(None);
+        let opts = VersionPin::of(&file(Some("\"e1\""), None)).options(None);
         assert_eq!(opts.if_match.as_deref(), Some("\"e1\""));
         assert_eq!(opts.version, None);
-        let opts = Pin::of(&file(Some("\"e1\""), Some("v1"))).options(Some(GetRange::Offset(5)));
+        let opts =
+            VersionPin::of(&file(Some("\"e1\""), Some("v1"))).options(Some(GetRange::Offset(5)));
         assert_eq!(opts.version.as_deref(), Some("v1"));
         assert_eq!(opts.if_match, None);
         assert!(matches!(opts.range, Some(GetRange::Offset(5))));
-        let opts = Pin::of(&file(None, None)).options(None);
+        let opts = VersionPin::of(&file(None, None)).options(None);
         assert_eq!((opts.if_match, opts.version), (None, None));
     }
 
     #[test]
     fn a_pin_catches_another_version_in_a_response() {
-        let pin = Pin::of(&file(Some("\"e1\""), None));
+        let pin = VersionPin::of(&file(Some("\"e1\""), None));
         assert!(pin.check(&meta(Some("\"e1\""), None)).is_ok());
         assert!(pin.check(&meta(Some("W/\"e1\""), None)).is_ok(), "weak");
         assert!(pin.check(&meta(Some("e1"), None)).is_ok(), "unquoted");
@@ -442,15 +443,19 @@ mod tests {
             changed.to_string().contains("changed since it was listed"),
             "{changed}"
         );
-        let versioned = Pin::of(&file(Some("\"e1\""), Some("v1")));
+        let versioned = VersionPin::of(&file(Some("\"e1\""), Some("v1")));
         assert!(versioned.check(&meta(Some("\"e9\""), Some("v1"))).is_ok());
         assert!(versioned.check(&meta(Some("\"e1\""), Some("v2"))).is_err());
-        assert!(Pin::default().check(&meta(Some("\"e2\""), None)).is_ok());
+        assert!(
+            VersionPin::default()
+                .check(&meta(Some("\"e2\""), None))
+                .is_ok()
+        );
     }
 
     #[test]
     fn a_failed_precondition_reads_as_changed() {
-        let pin = Pin::of(&file(Some("\"e1\""), None));
+        let pin = VersionPin::of(&file(Some("\"e1\""), None));
         let e = object_store::Error::Precondition {
             path: "x".into(),
             source: "412".into(),

@@ -25,7 +25,7 @@ mod open;
 mod plain_http;
 mod s3;
 
-pub use download::{Changed, Downloaded, Pin, download_bytes, download_to, is_transient};
+pub use download::{Changed, Downloaded, VersionPin, download_bytes, download_to, is_transient};
 pub use explain::{Explained, NoSuchBucket, Rejected, explain, explain_at};
 pub use listing::{ListingExec, StorageTable, file_schema};
 pub use location::{Location, check_local_path, missing_path};

@@ -1,7 +1,7 @@
 //! Complete cache entries: their stable keys ([`SharedCache::key`]), how one
 //! is installed (fetched into a temp file under the key's lock, fsynced,
 //! size-checked, locked shared and renamed into place, so a reader never sees
-//! a half-written entry) and [`Pin`]s (a shared `flock` per pinned entry per
+//! a half-written entry) and [`PinnedEntry`]s (a shared `flock` per pinned entry per
 //! process, counted in-process) that keep an entry from being pruned, here or
 //! in another process, while they live.
 
@@ -22,35 +22,35 @@ use crate::error::{Error, Result};
 use crate::util::lock::lock;
 
 /// A cache entry held in place: no pruning, in this process or another, removes
-/// it while the `Pin` lives. Dropping the last `Pin` of an entry releases it.
+/// it while the `PinnedEntry` lives. Dropping the last `PinnedEntry` of an entry releases it.
 #[must_use]
-pub struct Pin {
-    held: Arc<Held>,
+pub struct PinnedEntry {
+    held: Arc<OpenEntry>,
     inner: Arc<Inner>,
 }
 
 /// One pinned entry: its open file holds a shared `flock`.
 #[derive(Debug)]
-pub(super) struct Held {
+pub(super) struct OpenEntry {
     file: fs::File,
     path: PathBuf,
     key: String,
 }
 
-impl Pin {
+impl PinnedEntry {
     /// The entry's path; it names the complete entry while the pin lives.
     pub fn path(&self) -> &Path {
         &self.held.path
     }
 }
 
-impl std::fmt::Debug for Pin {
+impl std::fmt::Debug for PinnedEntry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("Pin").field(&self.held.path).finish()
+        f.debug_tuple("PinnedEntry").field(&self.held.path).finish()
     }
 }
 
-impl Drop for Pin {
+impl Drop for PinnedEntry {
     fn drop(&mut self) {
         let mut pins = lock(&self.inner.pins);
         // Clones of `held` are only made under this lock: 1 means ours is the last.
@@ -99,13 +99,13 @@ impl SharedCache {
 impl Inner {
     /// Pins the entry `key` at `entry` if it is complete (`size` bytes; a
     /// wrong-size entry is deleted) and not being removed, refreshing its mtime.
-    pub(super) fn pin(self: &Arc<Self>, key: &str, entry: &Path, size: u64) -> Option<Pin> {
+    pub(super) fn pin(self: &Arc<Self>, key: &str, entry: &Path, size: u64) -> Option<PinnedEntry> {
         if let Some(held) = lock(&self.pins).get(key).and_then(Weak::upgrade)
             && still_linked(&held.file, entry)
             && held.file.metadata().is_ok_and(|m| m.len() == size)
         {
             let _ = held.file.set_modified(SystemTime::now());
-            return Some(Pin {
+            return Some(PinnedEntry {
                 held,
                 inner: Arc::clone(self),
             });
@@ -132,14 +132,19 @@ impl Inner {
     }
 
     /// Registers `file`, the shared-locked entry `key` at `path`, as pinned.
-    pub(super) fn adopt(self: &Arc<Self>, key: String, path: PathBuf, file: fs::File) -> Pin {
-        let held = Arc::new(Held {
+    pub(super) fn adopt(
+        self: &Arc<Self>,
+        key: String,
+        path: PathBuf,
+        file: fs::File,
+    ) -> PinnedEntry {
+        let held = Arc::new(OpenEntry {
             file,
             path,
             key: key.clone(),
         });
         lock(&self.pins).insert(key, Arc::downgrade(&held));
-        Pin {
+        PinnedEntry {
             held,
             inner: Arc::clone(self),
         }
@@ -147,7 +152,7 @@ impl Inner {
 }
 
 pub(super) enum Prepared {
-    Hit(Pin),
+    Hit(PinnedEntry),
     Fetch(KeyLock, TempPath),
 }
 

@@ -20,7 +20,7 @@ pub(super) fn lock_path(entry: &Path) -> PathBuf {
 }
 
 pub(super) enum TryLock {
-    Held(KeyLock),
+    Acquired(KeyLock),
     Busy,
     Missing,
 }
@@ -64,7 +64,7 @@ impl KeyLock {
             Err(e) => return Err(Error::io(path.display(), e)),
         };
         match FileExt::try_lock(&file) {
-            Ok(()) if still_linked(&file, path) => Ok(TryLock::Held(Self { file })),
+            Ok(()) if still_linked(&file, path) => Ok(TryLock::Acquired(Self { file })),
             Ok(()) => Ok(TryLock::Missing),
             Err(TryLockError::WouldBlock) => Ok(TryLock::Busy),
             Err(TryLockError::Error(e)) => Err(Error::io(path.display(), e)),

@@ -15,7 +15,7 @@
 //!   processes exclude each other with an exclusive file lock on `<entry>.lock`
 //!   held while checking and fetching.
 //! - **Pinned entries stay.** [`SharedCache::get_or_fetch`] and
-//!   [`SharedCache::pin`] return a [`Pin`]: while it lives the entry holds a shared
+//!   [`SharedCache::pin`] return a [`PinnedEntry`]: while it lives the entry holds a shared
 //!   `flock` (one open file per pinned entry per process, counted in-process), and
 //!   pruning or clearing, here or in another process, removes an entry only under
 //!   an exclusive `flock` it can take without waiting, so a pinned entry is never
@@ -49,7 +49,7 @@ mod entry;
 mod key_lock;
 mod prune;
 
-pub use entry::Pin;
+pub use entry::PinnedEntry;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
@@ -58,7 +58,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use udfchain_udfs::File;
 
-use self::entry::{Held, Prepared, install, prepare};
+use self::entry::{OpenEntry, Prepared, install, prepare};
 use self::key_lock::lock_path;
 use self::prune::{prune, remove_entry, scan, sweep};
 use crate::cache::LocalCopies;
@@ -90,7 +90,7 @@ struct Inner {
     /// under the limit does not rescan the directory.
     estimate: Mutex<Option<u64>>,
     /// The pinned entries by key: one open, shared-locked file each.
-    pins: Mutex<HashMap<String, Weak<Held>>>,
+    pins: Mutex<HashMap<String, Weak<OpenEntry>>>,
 }
 
 /// A persistent, size-limited cache of whole objects in a local directory: a
@@ -150,8 +150,8 @@ impl SharedCache {
     }
 
     /// Pins the complete entry of `file` if present (as [`SharedCache::get`]
-    /// finds it): it stays until the returned [`Pin`] is dropped.
-    pub fn pin(&self, file: &File) -> Option<Pin> {
+    /// finds it): it stays until the returned [`PinnedEntry`] is dropped.
+    pub fn pin(&self, file: &File) -> Option<PinnedEntry> {
         let key = Self::key(file);
         let entry = self.entry_path(&key);
         self.inner.pin(&key, &entry, file.size)
@@ -173,7 +173,7 @@ impl SharedCache {
     /// Dropping the future leaves no partial entry visible (a leftover temp file is
     /// ignored by lookups and `du` and removed by `clear`/`prune_to`); once the
     /// fetch has finished, the entry is completed in the background.
-    pub async fn get_or_fetch<F, Fut>(&self, file: &File, fetch: F) -> Result<(Pin, bool)>
+    pub async fn get_or_fetch<F, Fut>(&self, file: &File, fetch: F) -> Result<(PinnedEntry, bool)>
     where
         F: FnOnce(PathBuf) -> Fut,
         Fut: Future<Output = Result<()>>,

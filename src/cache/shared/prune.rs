@@ -79,7 +79,7 @@ pub(super) enum Removal {
 pub(super) fn remove_entry(path: &Path) -> Result<Removal> {
     let lock_file = lock_path(path);
     let key_lock = match KeyLock::try_acquire(&lock_file, true)? {
-        TryLock::Held(lock) => lock,
+        TryLock::Acquired(lock) => lock,
         // A writer or a waiter has the key: leave the entry to them.
         TryLock::Busy | TryLock::Missing => return Ok(Removal::Pinned),
     };
@@ -119,7 +119,7 @@ pub(super) fn sweep(scan: &Scan) -> Result<()> {
         match KeyLock::try_acquire(&lock_file, false)? {
             TryLock::Busy => {}
             TryLock::Missing => remove_if_exists(tmp)?,
-            TryLock::Held(lock) => {
+            TryLock::Acquired(lock) => {
                 remove_if_exists(tmp)?;
                 if !entry.exists() {
                     lock.remove(&lock_file)?;
@@ -131,7 +131,7 @@ pub(super) fn sweep(scan: &Scan) -> Result<()> {
         if entry.exists() {
             continue;
         }
-        if let TryLock::Held(lock) = KeyLock::try_acquire(lock_file, false)?
+        if let TryLock::Acquired(lock) = KeyLock::try_acquire(lock_file, false)?
             && !entry.exists()
         {
             lock.remove(lock_file)?;

@@ -52,7 +52,7 @@ pub(super) struct Downloads {
     /// The shared-cache entries of the window's rows, pinned until released.
     pub(super) pins: Arc<WindowPins>,
     /// The shared cache, when `cache = true` or its dir exists (set by `prepare`).
-    pub(super) shared: OnceLock<Arc<SharedCache>>,
+    pub(super) shared_cache: OnceLock<Arc<SharedCache>>,
     pub(super) cache_dir: PathBuf,
     pub(super) cache_limit: Option<u64>,
     /// `cache = true`: downloads go into `shared`.
@@ -92,7 +92,7 @@ impl Downloads {
                 let cache = SharedCache::open(&me.cache_dir, me.cache_limit)?;
                 me.temp
                     .set_fallback(Arc::clone(&cache) as Arc<dyn LocalCopies>);
-                let _ = me.shared.set(cache);
+                let _ = me.shared_cache.set(cache);
             }
             me.temp.open_blocking()
         })
@@ -176,12 +176,12 @@ impl Downloads {
             self.metrics.cache_hits.add(1);
             return Ok(false);
         }
-        if let Some(pin) = self.shared.get().and_then(|c| c.pin(file)) {
+        if let Some(pin) = self.shared_cache.get().and_then(|c| c.pin(file)) {
             self.pins.hold(file, pin);
             self.metrics.cache_hits.add(1);
             return Ok(false);
         }
-        match (self.shared.get(), self.into_cache) {
+        match (self.shared_cache.get(), self.into_cache) {
             (Some(cache), true) => {
                 let (pin, downloaded) = cache
                     .get_or_fetch(file, |tmp| async move { self.download(file, &tmp).await })

@@ -209,11 +209,11 @@ impl PrefetchExec {
         };
         let reservation =
             MemoryConsumer::new(format!("PrefetchExec[{partition}]")).register(ctx.memory_pool());
-        let shared = Arc::new(Downloads {
+        let downloads = Arc::new(Downloads {
             file_cols: self.file_cols.clone(),
             temp,
             pins,
-            shared: OnceLock::new(),
+            shared_cache: OnceLock::new(),
             cache_dir: self.options.root.join("cache"),
             cache_limit: self.options.cache_limit,
             into_cache: self.options.cache,
@@ -238,7 +238,7 @@ impl PrefetchExec {
             window,
             auto,
             reservation,
-            shared,
+            downloads,
             handoff,
         );
         let schema = self.input.schema();

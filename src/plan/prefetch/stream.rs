@@ -223,7 +223,7 @@ pub(super) struct PrefetchStream {
     /// `prefetch = auto`: the policy that sizes `window`.
     pub(super) auto: Option<AutoWindow>,
     pub(super) reservation: MemoryReservation,
-    pub(super) shared: Arc<Downloads>,
+    pub(super) downloads: Arc<Downloads>,
     /// `ordered = true` with the UDF operator reordering: rows are handed on
     /// as they finish (see [`Handoff`]).
     pub(super) handoff: Option<Arc<Handoff>>,
@@ -237,7 +237,7 @@ impl PrefetchStream {
         window: usize,
         auto: Option<AutoWindow>,
         reservation: MemoryReservation,
-        shared: Arc<Downloads>,
+        downloads: Arc<Downloads>,
         handoff: Option<Arc<Handoff>>,
     ) -> Self {
         Self {
@@ -251,7 +251,7 @@ impl PrefetchStream {
             window,
             auto,
             reservation,
-            shared,
+            downloads,
             handoff: handoff.filter(|_| ordered),
         }
     }
@@ -287,7 +287,7 @@ impl PrefetchStream {
 
     pub(super) async fn next(&mut self) -> Option<DfResult<RecordBatch>> {
         if !self.prepared {
-            if let Err(e) = self.shared.prepare().await {
+            if let Err(e) = self.downloads.prepare().await {
                 return Some(Err(e.into_df()));
             }
             self.prepared = true;
@@ -310,7 +310,7 @@ impl PrefetchStream {
                 && self.input_done
             {
                 // Every row is out: the pin has no next member to serve.
-                self.shared.unpin();
+                self.downloads.unpin();
                 return None;
             }
             let want_input =
@@ -323,7 +323,7 @@ impl PrefetchStream {
                 biased;
                 batch = self.input.next(), if want_input => {
                     match batch {
-                        Some(Ok(b)) => match rows_with_files(&b, &self.shared.file_cols) {
+                        Some(Ok(b)) => match rows_with_files(&b, &self.downloads.file_cols) {
                             Ok(rows) => self.rows.extend(rows),
                             Err(e) => return Some(Err(e)),
                         },
@@ -336,7 +336,7 @@ impl PrefetchStream {
                 // A row settled above may make room in the reorder bound.
                 () = settled(&self.handoff), if self.handoff.is_some() && self.reorder.as_ref().is_some_and(Reorder::pending) => continue,
                 done = self.in_flight.next(), if !self.in_flight.is_empty() => {
-                    self.shared.metrics.udf_wait.add_duration(waited.elapsed());
+                    self.downloads.metrics.udf_wait.add_duration(waited.elapsed());
                     match done {
                         Some(Ok(f)) => Some(f),
                         Some(Err(panic)) => {
@@ -353,7 +353,7 @@ impl PrefetchStream {
                     match (done, &self.handoff) {
                         // Handed on now, settled by the operator above in its turn.
                         (Some(f), Some(h)) if matches!(f.row, Ok(Some(_))) => {
-                            r.handed_early(f.seq, &self.shared.metrics.reorder_peak_bytes);
+                            r.handed_early(f.seq, &self.downloads.metrics.reorder_peak_bytes);
                             h.returned(f.seq);
                             f
                         }
@@ -363,7 +363,7 @@ impl PrefetchStream {
                             f
                         }
                         (Some(f), _) => {
-                            r.finished(f, &self.shared.metrics.reorder_peak_bytes);
+                            r.finished(f, &self.downloads.metrics.reorder_peak_bytes);
                             match r.pop() {
                                 Some(f) => f,
                                 None => continue,
@@ -392,7 +392,7 @@ impl PrefetchStream {
         let Some(auto) = &mut self.auto else {
             return;
         };
-        let estimate = lock(&self.shared.round_trip).get();
+        let estimate = lock(&self.downloads.round_trip).get();
         // No download finished yet: keep the initial window.
         if let Some(rtt) = estimate {
             self.window = auto.taken(Instant::now(), rtt, self.window);
@@ -405,9 +405,9 @@ impl PrefetchStream {
         if let Some(r) = &mut self.reorder {
             r.started(seq, cost_of(bytes));
         }
-        let shared = Arc::clone(&self.shared);
+        let downloads = Arc::clone(&self.downloads);
         let task = spawn_on(&tokio::runtime::Handle::current(), async move {
-            let row = shared.fetch_row(row, files).await;
+            let row = downloads.fetch_row(row, files).await;
             Fetched { seq, row, bytes }
         });
         self.in_flight.push(task);

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use udfchain_udfs::File;
 
-use crate::cache::{LocalCopies, Pin, file_key};
+use crate::cache::{LocalCopies, PinnedEntry, file_key};
 use crate::util::lock::lock;
 
 /// The shared-cache entries a prefetch window holds for its rows, in front of
@@ -20,7 +20,7 @@ pub struct WindowPins {
     inner: Arc<dyn LocalCopies>,
     /// Pins by `source \0 path` (a virtual file shares its parent's), with the
     /// number of rows using each.
-    held: Mutex<HashMap<String, (Pin, usize)>>,
+    held: Mutex<HashMap<String, (PinnedEntry, usize)>>,
 }
 
 impl WindowPins {
@@ -32,7 +32,7 @@ impl WindowPins {
     }
 
     /// Holds `pin`, the entry of `file`, for one more row.
-    pub fn hold(&self, file: &File, pin: Pin) {
+    pub fn hold(&self, file: &File, pin: PinnedEntry) {
         lock(&self.held)
             .entry(file_key(file))
             .and_modify(|(_, rows)| *rows += 1)
