@@ -5,8 +5,8 @@
 //!
 //! Guarantees: a [`PoolTask`] aborts its task when dropped (no detached work
 //! survives a dropped query); a panic in a task is returned as an error value,
-//! not propagated into the caller's thread. [`blocking`] runs its closure on
-//! tokio's blocking pool and resumes a panic in it in the caller.
+//! not propagated into the caller's thread; [`blocking`] runs its closure on
+//! tokio's blocking pool under the same policy (a panic is an error).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -77,20 +77,9 @@ impl<T> Future for PoolTask<T> {
     type Output = Result<T, String>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        Pin::new(&mut self.0).poll(cx).map(|r| {
-            r.map_err(|e| {
-                if e.is_panic() {
-                    let p = e.into_panic();
-                    p.downcast_ref::<&str>()
-                        .map(|s| s.to_string())
-                        .or_else(|| p.downcast_ref::<String>().cloned())
-                        .map(|m| format!("panicked: {m}"))
-                        .unwrap_or_else(|| "panicked".to_string())
-                } else {
-                    "cancelled".to_string()
-                }
-            })
-        })
+        Pin::new(&mut self.0)
+            .poll(cx)
+            .map(|r| r.map_err(join_error))
     }
 }
 
@@ -107,12 +96,26 @@ impl<T> Drop for PoolTask<T> {
     }
 }
 
+/// "panicked: <message>" or "cancelled".
+fn join_error(e: tokio::task::JoinError) -> String {
+    if e.is_panic() {
+        let p = e.into_panic();
+        p.downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .map(|m| format!("panicked: {m}"))
+            .unwrap_or_else(|| "panicked".to_string())
+    } else {
+        "cancelled (the runtime is shutting down)".to_string()
+    }
+}
+
 /// Runs blocking work (SQLite, file system calls) on tokio's blocking pool, so
-/// it never stalls an async worker. The one panic policy: a panic in `f`
-/// resumes in the caller, as if `f` had been called there (blocking work is
-/// engine code, and a panic in it is a bug to surface, not a row's error).
-/// Besides `f`'s own errors, `Err` only when the runtime shuts down before `f`
-/// ran.
+/// it never stalls an async worker. The one panic policy, as [`PoolTask`]'s:
+/// a panic in `f` becomes an error naming it, never a panic of the caller
+/// (blocking work parses stored bytes through third-party readers, e.g.
+/// Parquet footers, which may panic on hostile input). Besides `f`'s own
+/// errors and a panic, `Err` only when the runtime shuts down before `f` ran.
 ///
 /// # Cancel safety
 /// Dropping the future does not stop the work once started.
@@ -121,9 +124,6 @@ pub(crate) async fn blocking<T: Send + 'static>(
 ) -> Result<T> {
     match tokio::task::spawn_blocking(f).await {
         Ok(r) => r,
-        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-        Err(e) => Err(Error::internal(format!(
-            "blocking work cancelled (the runtime is shutting down): {e}"
-        ))),
+        Err(e) => Err(Error::internal(format!("blocking work {}", join_error(e)))),
     }
 }

@@ -6,7 +6,9 @@
 //! after that many files; the glob filters paths relative to the listed prefix;
 //! the next page is requested while the second half of the current one is consumed;
 //! a file's `path` is its key below the prefix verbatim, and its `etag` and
-//! `version` are what later reads are pinned to.
+//! `version` are what later reads are pinned to; keys come in lexicographic
+//! order on every store (S3 and the memory store list so, local directories
+//! are walked so by `local_listing`).
 //!
 //! Metrics (read while the scan runs, e.g. by the progress display):
 //! `files_listed` counts the files the listing has produced (after the glob),
@@ -266,7 +268,10 @@ impl ExecutionPlan for ListingExec {
         let prefix = (!loc.prefix.as_ref().is_empty()).then(|| loc.prefix.clone());
         let url = loc.source.clone();
         let (err_loc, options) = (loc.clone(), t.options.clone());
-        let metas = if t.recursive {
+        let metas = if loc.store_url.scheme() == "file" {
+            // Walked in key order, as S3 lists (see `local_listing`).
+            super::local_listing::list_local(&loc.prefix, t.recursive)
+        } else if t.recursive {
             store.list(prefix.as_ref()).boxed()
         } else {
             let store = Arc::clone(&store);

@@ -20,6 +20,7 @@
 mod download;
 mod explain;
 mod listing;
+mod local_listing;
 mod location;
 mod open;
 mod plain_http;
