@@ -7,8 +7,9 @@
 //! the next page is requested while the second half of the current one is consumed;
 //! a file's `path` is its key below the prefix verbatim, and its `etag` and
 //! `version` are what later reads are pinned to; keys come in lexicographic
-//! order on every store (S3 and the memory store list so, local directories
-//! are walked so by `local_listing`).
+//! order on every store (S3, GCS, Azure and the memory store list so, local
+//! directories are walked so by `local_listing`, an HTTP server's PROPFIND
+//! answer is sorted).
 //!
 //! Metrics (read while the scan runs, e.g. by the progress display):
 //! `files_listed` counts the files the listing has produced (after the glob),
@@ -268,9 +269,25 @@ impl ExecutionPlan for ListingExec {
         let prefix = (!loc.prefix.as_ref().is_empty()).then(|| loc.prefix.clone());
         let url = loc.source.clone();
         let (err_loc, options) = (loc.clone(), t.options.clone());
-        let metas = if loc.store_url.scheme() == "file" {
+        let scheme = loc.store_url.scheme();
+        let metas = if scheme == "file" {
             // Walked in key order, as S3 lists (see `local_listing`).
             super::local_listing::list_local(&loc.prefix, t.recursive)
+        } else if matches!(scheme, "http" | "https") {
+            // One PROPFIND answers the whole listing, in the server's order:
+            // it is in memory already, so sorting it costs no extra wait.
+            let (store, recursive) = (Arc::clone(&store), t.recursive);
+            stream::once(async move {
+                let mut metas: Vec<ObjectMeta> = if recursive {
+                    store.list(prefix.as_ref()).try_collect().await?
+                } else {
+                    store.list_with_delimiter(prefix.as_ref()).await?.objects
+                };
+                metas.sort_unstable_by(|a, b| a.location.as_ref().cmp(b.location.as_ref()));
+                Ok::<_, object_store::Error>(stream::iter(metas.into_iter().map(Ok)))
+            })
+            .try_flatten()
+            .boxed()
         } else if t.recursive {
             store.list(prefix.as_ref()).boxed()
         } else {

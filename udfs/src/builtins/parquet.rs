@@ -3,6 +3,11 @@
 //! the UDF is built (from a sample file, see [`parquet_schema`]); a file with a
 //! different schema fails naming the file. Rows stream in batches of the
 //! generator's `max_rows`; the file's bytes come from its (prefetched) `File`.
+//!
+//! Hostile bytes end in rows or an error naming the file, never a panic: the
+//! `parquet` crate panics on some malformed footers and page offsets (e.g.
+//! "column start and length should not be negative"), so every call into it
+//! runs under [`no_panic`], and a reader that panicked is not read again.
 
 use std::sync::Arc;
 
@@ -18,14 +23,28 @@ use crate::file::File;
 use crate::signature::Signature;
 use crate::udf::Generator;
 
+/// Runs `f`, turning a panic in it into an error message.
+fn no_panic<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|p| {
+        let msg = p
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        format!("malformed Parquet (the reader panicked: {msg})")
+    })
+}
+
 /// The Arrow schema of a Parquet file's bytes.
 pub fn parquet_schema(bytes: Bytes) -> Result<SchemaRef, UdfError> {
-    ParquetRecordBatchReaderBuilder::try_new(bytes)
+    let convert = |message: String| UdfError::Convert {
+        what: "parquet footer".into(),
+        message,
+    };
+    no_panic(|| ParquetRecordBatchReaderBuilder::try_new(bytes))
+        .map_err(convert)?
         .map(|b| Arc::clone(b.schema()))
-        .map_err(|e| UdfError::Convert {
-            what: "parquet footer".into(),
-            message: e.to_string(),
-        })
+        .map_err(|e| convert(e.to_string()))
 }
 
 /// Expands a `File` column of Parquet files into their rows.
@@ -72,11 +91,13 @@ impl Generator for ParquetRows {
                 url: file.url(),
                 source: message.into(),
             };
-            let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
-                .map_err(|e| bad(e.to_string()))?
-                .with_batch_size(max_rows.max(1))
-                .build()
-                .map_err(|e| bad(e.to_string()))?;
+            let reader = no_panic(|| {
+                ParquetRecordBatchReaderBuilder::try_new(bytes)?
+                    .with_batch_size(max_rows.max(1))
+                    .build()
+            })
+            .map_err(bad)?
+            .map_err(|e| bad(e.to_string()))?;
             if reader.schema().fields() != schema.fields() {
                 return Err(bad(format!(
                     "schema {:?} differs from the expected {:?}",
@@ -84,10 +105,26 @@ impl Generator for ParquetRows {
                     schema.fields()
                 )));
             }
-            Ok(stream::iter(reader.map(move |b| {
-                b.map(|b| Arc::new(StructArray::from(b)) as ArrayRef)
-                    .map_err(|e| CallError::at_row(0, e))
-            })))
+            let url = file.url();
+            let mut reader = Some(reader);
+            let batches = std::iter::from_fn(move || {
+                let r = reader.as_mut()?;
+                match no_panic(|| r.next()) {
+                    Ok(next) => next.map(|b| {
+                        b.map(|b| Arc::new(StructArray::from(b)) as ArrayRef)
+                            .map_err(|e| CallError::at_row(0, e))
+                    }),
+                    Err(message) => {
+                        reader = None;
+                        let e = UdfError::Read {
+                            url: url.clone(),
+                            source: message.into(),
+                        };
+                        Some(Err(CallError::at_row(0, e)))
+                    }
+                }
+            });
+            Ok(stream::iter(batches))
         })
         .map(|r: Result<_, UdfError>| match r {
             Ok(s) => s.boxed(),
@@ -158,6 +195,18 @@ mod tests {
     fn the_valid_file_gives_its_rows() {
         assert_eq!(rows(valid()), Ok(300));
         let err = rows(b"PAR1 not really PAR1".to_vec()).expect_err("not parquet");
+        assert!(err.contains("memory:///t/x"), "names the file: {err}");
+    }
+
+    /// A byte of the footer changed so a column chunk's offset turns
+    /// negative: the `parquet` crate panics reading it; here it is an error
+    /// naming the file (found by `mutated_parquet_gives_rows_or_an_error`).
+    #[test]
+    fn a_negative_column_offset_is_an_error_not_a_panic() {
+        let mut bytes = valid();
+        let at = bytes.len() - 1 - 11561859728666182114usize % 2048.min(bytes.len());
+        bytes[at] = 129;
+        let err = rows(bytes).expect_err("a negative offset");
         assert!(err.contains("memory:///t/x"), "names the file: {err}");
     }
 

@@ -201,8 +201,23 @@ impl Reader {
                     })?;
             }
             let own_name = header.path_bytes();
-            // Old archives mark a directory by a NUL-type entry whose name ends in `/`.
-            let v7_dir = kind == 0 && own_name.ends_with(b"/");
+            // The member's name: a PAX `path`, a GNU long name, a global PAX
+            // `path`, else the header's own (truncated when one of those exists).
+            let non_empty = |v: &&Vec<u8>| !v.is_empty();
+            let own_extension_name = pending
+                .pax
+                .as_ref()
+                .and_then(|p| p.get("path"))
+                .filter(non_empty)
+                .map(Vec::as_slice)
+                .or(pending.long_name.as_deref());
+            let name_bytes = own_extension_name
+                .or(self.global.get("path").filter(non_empty).map(Vec::as_slice))
+                .unwrap_or(&own_name);
+            // Old archives mark a directory by a NUL-type entry whose name ends
+            // in `/`: the member's own name, whole (a long name's 100-byte copy
+            // in the header may end in a `/` of a file's path).
+            let v7_dir = kind == 0 && own_extension_name.unwrap_or(&own_name).ends_with(b"/");
             // Directories, links and devices carry no data blocks (as tarfile reads them).
             let has_data = !(v7_dir || matches!(kind, b'1'..=b'6'));
             let past_end = || {
@@ -264,14 +279,6 @@ impl Reader {
                 pending = Pending::default();
                 continue;
             }
-            let non_empty = |v: &&Vec<u8>| !v.is_empty();
-            let local_path = pending.pax.as_ref().and_then(|p| p.get("path"));
-            let name_bytes = local_path
-                .filter(non_empty)
-                .map(Vec::as_slice)
-                .or(pending.long_name.as_deref())
-                .or(self.global.get("path").filter(non_empty).map(Vec::as_slice))
-                .unwrap_or(&own_name);
             let name = String::from_utf8_lossy(name_bytes).into_owned();
             if kind == b'S' {
                 return Err(self.err(TarError::Sparse { name, offset }));
@@ -542,6 +549,17 @@ mod tests {
             ),
             0..6,
         )
+    }
+
+    /// A GNU member whose 136-byte name (non-ASCII, with spaces) needs a long
+    /// name entry: found by `reads_what_the_tar_crate_writes`.
+    #[test]
+    fn a_long_non_ascii_gnu_name_reads_back() {
+        let name = "✓A0éAAa0aa_A✓é éa0aa0aAAaéaaa_aaAa_ AA/-u ✓ -M_✓Eé ✓-✓é✓é5é_ 2 cé2p4vWVNk4 -/Mabé Qw✓hzPé12g9éf2fjnCe-L5.skc".to_string();
+        let data: Vec<u8> = (0..543u32).map(|i| (i * 7 + 3) as u8).collect();
+        let bytes = build(&[(name.clone(), data.clone(), Format::Gnu)]);
+        let (got, _) = entries(&bytes);
+        assert_eq!(got.expect("a valid archive"), vec![(name, data)]);
     }
 
     proptest! {
