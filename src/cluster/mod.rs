@@ -8,7 +8,8 @@
 //! - [`spread`]: `workers` partitions per UDF on a cluster.
 //! - [`reruns`]: every row once when Ballista reruns a stage after an
 //!   executor was lost.
-//! - [`client`]: `Session::remote(url, settings)`, `Session::standalone`, and
+//! - [`client`]: `Session::connect(settings)`, `Session::remote(url, settings)`,
+//!   `Session::standalone`, and
 //!   writes (`save`) that run on the client.
 //! - [`job`]: a job seen from the client: cancelled when its stream is
 //!   dropped, its task errors readable.
@@ -17,7 +18,6 @@
 //! - [`scheduler`] / [`executor`]: the two processes (`udfchain cluster
 //!   scheduler|executor`), and builders for Rust users with their own UDFs.
 
-pub mod cli;
 pub mod client;
 pub mod codec;
 pub mod executor;
@@ -31,6 +31,7 @@ pub mod spread;
 pub use client::{CONNECT_TIMEOUT, scheduler_url};
 pub use codec::{LogicalCodec, PhysicalCodec};
 pub use executor::{Executor, ExecutorBuilder};
+pub use job::cancels_sent;
 pub use registry::UdfRegistry;
 pub use reruns::OneFinalTask;
 pub use scheduler::{Scheduler, SchedulerBuilder};

@@ -8,7 +8,8 @@
 //!
 //! - `config` the YAML config; `storage` samples from storage; `state` the
 //!   pipeline's tables in its state db; `supervisor` the loop; `hook` the
-//!   training hook; `cli` the `udfchain pipeline` commands.
+//!   training hook; `inspect` a pipeline's recorded state, read without
+//!   running it (`udfchain pipeline ls|show|keys`).
 //! - `sample`, `trigger/`, `selector/`: the sample type, the trigger policies
 //!   and the selection strategies, written against one contract.
 //!
@@ -32,9 +33,9 @@
 //! # Ok(()) }
 //! ```
 
-pub mod cli;
 pub mod config;
 pub mod hook;
+pub mod inspect;
 pub mod sample;
 pub mod selector;
 pub mod state;
@@ -162,6 +163,13 @@ impl Pipeline {
     /// The Flight address given to the training command (`UDFCHAIN_FLIGHT_ADDR`).
     pub fn flight_addr(mut self, addr: impl Into<String>) -> Self {
         self.hook.flight_addr = Some(addr.into());
+        self
+    }
+
+    /// How often a live run lists storage (e.g. `500ms`, `10s`, `1m`),
+    /// over the config's `data.poll_interval`.
+    pub fn poll_interval(mut self, every: impl Into<String>) -> Self {
+        self.config.data.poll_interval = Some(every.into());
         self
     }
 
