@@ -15,7 +15,7 @@ mod cli;
 use std::process::ExitCode;
 
 use clap::Parser;
-use udfchain::util::redact::redact;
+use udfchain::testing::redact;
 use udfchain::{Error, Settings};
 
 #[tokio::main]

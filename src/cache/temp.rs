@@ -109,6 +109,8 @@ impl TempCache {
         Ok(())
     }
 
+    /// The dir (its tests check it is kept or gone).
+    #[cfg(test)]
     pub fn dir(&self) -> &Path {
         &self.dir
     }
@@ -180,6 +182,7 @@ impl TempCache {
         self.entries.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

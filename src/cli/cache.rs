@@ -1,7 +1,7 @@
 //! `udfchain cache du|prune|clear`: the shared cache under the root.
 
 use clap::Subcommand;
-use udfchain::cache::SharedCache;
+use udfchain::SharedCache;
 use udfchain::{Error, Settings};
 
 use crate::cli::print;
@@ -45,7 +45,7 @@ pub fn run(command: CacheCommand, settings: &Settings) -> udfchain::Result<()> {
             ))
         }
         CacheCommand::Prune { to } => {
-            let limit = udfchain::chain::parse_size(&to).ok_or_else(|| Error::Setting {
+            let limit = udfchain::testing::parse_size(&to).ok_or_else(|| Error::Setting {
                 name: "--to".into(),
                 value: to.clone(),
                 reason: format!(

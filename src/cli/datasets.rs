@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use clap::Subcommand;
-use udfchain::util::redact::redact;
+use udfchain::testing::redact;
 use udfchain::{Catalog, Output, ScriptRunner, Session, Settings};
 
 use crate::cli::print::{self, Printer};

@@ -12,8 +12,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::Subcommand;
-use udfchain::pipeline::config::parse_duration;
 use udfchain::pipeline::inspect;
+use udfchain::pipeline::parse_duration;
 use udfchain::pipeline::{Pipeline, StopHandle, TriggerRecord};
 use udfchain::{Error, Result, Session};
 

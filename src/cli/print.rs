@@ -12,7 +12,7 @@ use clap::ValueEnum;
 use udfchain::Error;
 use udfchain::datafusion::arrow::array::RecordBatch;
 use udfchain::datafusion::arrow::util::pretty::pretty_format_batches;
-use udfchain::util::redact::redact;
+use udfchain::testing::redact;
 
 /// Output format of tables.
 #[derive(Clone, Copy, ValueEnum)]

@@ -9,10 +9,10 @@ use std::sync::Arc;
 use futures::StreamExt;
 use udfchain::datafusion::arrow::array::RecordBatch;
 use udfchain::datafusion::physical_plan::ExecutionPlan;
-use udfchain::progress;
-use udfchain::script::{Execution, Kind, Output, locate, split};
-use udfchain::util::redact::redact;
-use udfchain::{Error, ScriptRunner, Session};
+use udfchain::testing::{
+    Execution, Kind, locate, redact, run_with_progress as progress_run, split,
+};
+use udfchain::{Error, Output, ScriptRunner, Session};
 
 use crate::cli::print::Printer;
 
@@ -30,7 +30,7 @@ pub fn read_script(path: &str) -> udfchain::Result<String> {
         // A mistyped script name: where it was looked for, and a close name.
         let e = match e.kind() {
             std::io::ErrorKind::NotFound => {
-                std::io::Error::new(e.kind(), udfchain::storage::missing_path(path))
+                std::io::Error::new(e.kind(), udfchain::testing::missing_path(path))
             }
             _ => e,
         };
@@ -101,5 +101,5 @@ async fn run_with_progress(
         Ok::<_, Error>(batches)
     };
     let rows = |b: &Vec<RecordBatch>| b.iter().map(|b| b.num_rows()).sum();
-    progress::run(&plan, run, on, |_| {}, rows).await
+    progress_run(&plan, run, on, |_| {}, rows).await
 }

@@ -52,7 +52,7 @@ pub async fn run(args: ServeArgs, session: Arc<Session>) -> udfchain::Result<()>
 
 /// `--memory-limit`: a byte size such as `512MiB` or `2GB`, at least 1 byte.
 fn serve_size(text: &str) -> Result<usize, String> {
-    udfchain::chain::parse_size(text)
+    udfchain::testing::parse_size(text)
         .filter(|&n| n > 0)
         .and_then(|n| usize::try_from(n).ok())
         .ok_or_else(|| format!("{text:?} is not a size such as 512MiB or 2GB"))

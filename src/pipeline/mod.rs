@@ -33,27 +33,34 @@
 //! # Ok(()) }
 //! ```
 
-pub mod config;
-pub mod hook;
+pub(crate) mod config;
+pub(crate) mod hook;
 pub mod inspect;
-pub mod sample;
-pub mod selector;
-pub mod state;
-pub mod storage;
-pub mod supervisor;
-pub mod trigger;
+pub(crate) mod sample;
+pub(crate) mod selector;
+pub(crate) mod state;
+pub(crate) mod storage;
+pub(crate) mod supervisor;
+pub(crate) mod trigger;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-pub use config::PipelineConfig;
+pub use config::{
+    BinaryFormat, ByteOrder, CsvFormat, DataConfig, Format, PipelineConfig, SingleSampleFormat,
+    TimestampSource, TrainingConfig, parse_duration,
+};
 pub use sample::Sample;
+pub use selector::{
+    CoresetSampling, LimitReset, Presampling, PresamplingKind, ScoreFn, SelectionConfig,
+    StrategyKind, TriggerInfo,
+};
 pub use state::TriggerRecord;
-pub use supervisor::{Range, StopHandle, dataset_name};
+pub use supervisor::{FileRow, KeyRow, Range, StopHandle, dataset_name};
+pub use trigger::{DriftConfig, DriftMetric, FeatureSource, TriggerConfig};
 
 use crate::error::Result;
 use crate::pipeline::hook::{CompletedCallback, Hook};
-use crate::pipeline::selector::ScoreFn;
 use crate::pipeline::storage::FeatureFn;
 use crate::pipeline::supervisor::Supervisor;
 use crate::session::Session;
@@ -113,6 +120,7 @@ impl Pipeline {
         Ok(p)
     }
 
+    /// The pipeline's config.
     pub fn config(&self) -> &PipelineConfig {
         &self.config
     }

@@ -23,6 +23,7 @@ pub struct WindowPins {
 }
 
 impl WindowPins {
+    /// Pins over `inner`'s local copies.
     pub fn new(inner: Arc<dyn LocalCopies>) -> Arc<Self> {
         Arc::new(Self {
             inner,
@@ -54,6 +55,7 @@ impl WindowPins {
         lock(&self.held).len()
     }
 
+    /// Whether no file is pinned.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
