@@ -150,7 +150,7 @@ Examples:
         #[command(subcommand)]
         command: cluster::ClusterCommand,
     },
-    /// Serve datasets to training loops over Arrow Flight (see the README's "Training").
+    /// Serve datasets to training loops over Arrow Flight (see docs/training.md).
     #[command(after_help = "\
 Examples:
   udfchain serve                                listen on 127.0.0.1:50051
