@@ -163,7 +163,7 @@ fn main() {
         .cloned();
     let wanted = |kind: &str| only.as_deref().is_none_or(|o| o == kind);
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(udfchain::session::cores())
+        .worker_threads(udfchain::testing::cores())
         .thread_name("bench-io")
         .enable_all()
         .build()

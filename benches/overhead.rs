@@ -47,7 +47,7 @@ async fn rows(chain: &Chain) -> usize {
 
 fn overhead(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(udfchain::session::cores())
+        .worker_threads(udfchain::testing::cores())
         .enable_all()
         .build()
         .expect("runtime");

@@ -26,10 +26,10 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 use udfchain::pipeline::Sample;
-use udfchain::pipeline::selector::{
+use udfchain::pipeline::{
     CoresetSampling, LimitReset, Presampling, PresamplingKind, SelectionConfig, StrategyKind,
-    build_strategy,
 };
+use udfchain::testing::build_strategy;
 
 const BATCH: usize = 1024;
 const TXN: usize = 100_000;

@@ -1843,7 +1843,7 @@ fn main() {
     let only_prefetch = list("--prefetch");
     // For profiling the engine alone: no serial or `buffer_unordered` runs.
     let udfchain_only = args.iter().any(|a| a == "--udfchain-only");
-    let cores = udfchain::session::cores();
+    let cores = udfchain::testing::cores();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(cores)
         .thread_name("bench-io")

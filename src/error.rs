@@ -21,23 +21,34 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub enum Error {
     /// A URI that names no store udfchain can open.
     #[error("invalid URI {uri:?}: {reason}")]
-    InvalidUri { uri: String, reason: String },
+    InvalidUri {
+        /// The URI as given.
+        uri: String,
+        /// Why it names no store.
+        reason: String,
+    },
 
     /// A store operation failed.
     #[error("storage error at {}: {}", redact(url), redact(&source.to_string()))]
     Storage {
+        /// The store URL (redacted when shown).
         url: String,
         #[source]
+        /// The store's error.
         source: Source,
     },
 
     /// A UDF returned an error (or panicked) for a row.
     #[error("UDF {udf} failed{}{}: {}", file.as_ref().map(|f| format!(" on {}", redact(f))).unwrap_or_default(), row.map(|r| format!(" (row {r})")).unwrap_or_default(), redact(&source.to_string()))]
     Udf {
+        /// The UDF's name.
         udf: String,
+        /// The file the row was about, if any.
         file: Option<String>,
+        /// The row's position in its input, if known.
         row: Option<u64>,
         #[source]
+        /// What the UDF returned.
         source: Source,
     },
 
@@ -50,8 +61,11 @@ pub enum Error {
     /// given (empty for a store option, which may be a credential).
     #[error("{name} {reason}")]
     Setting {
+        /// The setting's name.
         name: String,
+        /// The value given.
         value: String,
+        /// What is accepted.
         reason: String,
     },
 
@@ -67,24 +81,31 @@ pub enum Error {
     /// The dataset catalog (SQLite) at `path` failed.
     #[error("dataset catalog {path}: {source}")]
     Catalog {
+        /// The catalog's database file.
         path: String,
         #[source]
+        /// SQLite's error.
         source: Arc<rusqlite::Error>,
     },
 
     /// An error in a script, at a line and column (1-based).
     #[error("line {line}, column {column}: {source}")]
     Script {
+        /// The statement's line (1-based).
         line: usize,
+        /// The statement's column (1-based).
         column: usize,
+        /// The statement's error.
         source: Box<Error>,
     },
 
     /// A local I/O error (cache or temp dirs, output files).
     #[error("I/O error at {path}: {source}")]
     Io {
+        /// The local path (or `standard output`, `standard input`).
         path: String,
         #[source]
+        /// The I/O error.
         source: Arc<std::io::Error>,
     },
 
@@ -97,9 +118,12 @@ pub enum Error {
     /// hook that failed (naming the trigger and the exit status), its state db.
     #[error("pipeline {pipeline}: {reason}")]
     Pipeline {
+        /// The pipeline's name.
         pipeline: String,
+        /// What went wrong.
         reason: String,
         #[source]
+        /// The underlying error, if any.
         source: Option<Source>,
     },
 
@@ -107,30 +131,45 @@ pub enum Error {
     /// not registered there, or as another kind.
     #[error("UDF {udf} is not available on {node}: {reason}")]
     UnknownUdf {
+        /// The UDF's name.
         udf: String,
+        /// The node that cannot run it.
         node: String,
+        /// Why.
         reason: String,
     },
 
     /// A cluster (a Ballista scheduler or executor) that cannot be reached,
     /// did not start, or failed a job.
     #[error("cluster {url}: {reason}")]
-    Cluster { url: String, reason: String },
+    Cluster {
+        /// The scheduler's or executor's address.
+        url: String,
+        /// What happened.
+        reason: String,
+    },
 
     /// Ctrl-C stopped a CLI run; `cluster` names the cluster whose running
     /// job was cancelled, if one was. The CLI exits with status 130.
     #[error("interrupted (Ctrl-C){}", .cluster.as_ref().map(|c| format!(": the running job was cancelled on the cluster {c}")).unwrap_or_default())]
-    Interrupted { cluster: Option<String> },
+    Interrupted {
+        /// The cluster whose running job was cancelled, if any.
+        cluster: Option<String>,
+    },
 
     /// A task of cluster job `job` failed on an executor: `reason` is the
     /// executor's one-line error (which UDF, which file, the cause); the
     /// source is Ballista's full report.
     #[error("{reason} (job {job} on the cluster {url})")]
     ClusterTask {
+        /// The scheduler's URL.
         url: String,
+        /// The Ballista job id.
         job: String,
+        /// The executor's one-line error.
         reason: String,
         #[source]
+        /// Ballista's full report.
         source: Source,
     },
 

@@ -14,39 +14,75 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Layout, in layers whose imports point down only (see the README's
-//! architecture section): `chain/` the builder and `dataset/` the catalog;
+//! # The public API
+//!
+//! What users touch, one path per type:
+//!
+//! - the crate root: the builder ([`Chain`], [`ChainBuilder`], [`col`],
+//!   [`lit`], [`JoinType`]), its settings ([`Settings`], [`OnError`],
+//!   [`Prefetch`]), the context chains run in ([`Session`]), running and
+//!   reporting ([`RunReport`], [`OperatorReport`], [`Progress`]), scripts
+//!   ([`ScriptRunner`], [`Output`]), the dataset catalog ([`Catalog`],
+//!   [`DatasetInfo`]), the shared cache ([`SharedCache`], [`CacheUsage`]:
+//!   what `udfchain cache du|prune|clear` do, for Rust users who manage a
+//!   cache dir themselves), the UDF contract's [`File`], [`FileReader`] and
+//!   [`FileSource`], and [`Error`] / [`Result`];
+//! - the feature modules, each holding its own types: [`loader`] (training
+//!   loader), [`serve`] (Arrow Flight), [`pipeline`] (triggers, selection,
+//!   training sets), [`cluster`] (Ballista);
+//! - [`udfs`], the UDF contract crate (`udfchain-udfs`), and [`datafusion`].
+//!
+//! Everything else (`runtime`, `util`, `cache`, `plan`, `storage`, `session`,
+//! `settings`, `progress`, `script`, `chain`, `dataset`, `error`) is
+//! `pub(crate)`: their user-facing types are re-exported at the root and
+//! nowhere else. What the binary, the tests, the benches and the Python
+//! bindings need beyond that comes through the one `#[doc(hidden)]`
+//! [`testing`] module, which is no part of the API.
+//!
+//! # Layout
+//!
+//! In layers whose imports point down only (see docs/architecture.md):
+//! `chain/` the builder and `dataset/` the catalog;
 //! `session/` the DataFusion context; `plan/` the logical UDF node, its planner
 //! and one physical operator per file; `progress/` a running plan's progress read
 //! from its metrics (display, summary, callback); `cache/` local copies of stored files (the
 //! per-UDF temporary cache and the shared persistent cache); `storage/` stores,
 //! listing and downloads; at the bottom `runtime/` (the UDF pool), `settings`,
 //! `error` and `util/`. The UDF contract itself lives in the `udfchain-udfs` crate.
+//! The `udfchain` binary's command line (`src/cli/`) is no part of the library.
 
-pub mod cache;
-pub mod chain;
+#![warn(missing_docs)]
+
+pub(crate) mod cache;
+pub(crate) mod chain;
 pub mod cluster;
-pub mod dataset;
-pub mod error;
+pub(crate) mod dataset;
+pub(crate) mod error;
 pub mod loader;
 pub mod pipeline;
-pub mod plan;
-pub mod progress;
-pub mod runtime;
-pub mod script;
+pub(crate) mod plan;
+pub(crate) mod progress;
+pub(crate) mod runtime;
+pub(crate) mod script;
 pub mod serve;
-pub mod session;
-pub mod settings;
-pub mod storage;
-pub mod util;
+pub(crate) mod session;
+pub(crate) mod settings;
+pub(crate) mod storage;
+#[doc(hidden)]
+pub mod testing;
+pub(crate) mod util;
 
-pub use chain::{Chain, ChainBuilder, OnError, Prefetch, Settings, col};
+pub use cache::{CacheUsage, SharedCache};
+pub use chain::{Chain, ChainBuilder, col};
+pub use datafusion::common::JoinType;
+pub use datafusion::prelude::lit;
 pub use dataset::{Catalog, DatasetInfo};
 pub use error::{Error, Result};
 pub use plan::{OperatorReport, RunReport};
 pub use progress::Progress;
 pub use script::{Output, ScriptRunner};
 pub use session::Session;
+pub use settings::{OnError, Prefetch, Settings};
 pub use udfchain_udfs as udfs;
 pub use udfchain_udfs::{File, FileReader, FileSource};
 
@@ -80,5 +116,3 @@ pub struct PipelinesDocDoctests;
 #[doc = include_str!("../docs/cluster.md")]
 #[cfg(doctest)]
 pub struct ClusterDocDoctests;
-pub use datafusion::common::JoinType;
-pub use datafusion::prelude::lit;

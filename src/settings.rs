@@ -161,6 +161,7 @@ impl std::fmt::Debug for Settings {
 }
 
 impl Settings {
+    /// The defaults (see docs/settings.md).
     pub fn new() -> Self {
         Self::default()
     }
@@ -219,7 +220,7 @@ impl Settings {
     }
 
     /// Global cap of concurrent downloads across partitions (default
-    /// [`DEFAULT_MAX_CONNECTIONS`], 128).
+    /// `DEFAULT_MAX_CONNECTIONS`, 128).
     pub fn max_connections(mut self, n: usize) -> Self {
         self.max_connections = Some(n);
         self
@@ -234,6 +235,7 @@ impl Settings {
         self
     }
 
+    /// `memory_file_limit`: files up to this size are prefetched into memory, not to disk.
     pub fn get_memory_file_limit(&self) -> u64 {
         self.memory_file_limit.unwrap_or(DEFAULT_MEMORY_FILE_LIMIT)
     }
@@ -257,6 +259,7 @@ impl Settings {
         self
     }
 
+    /// `memory_limit`: the bytes the session's memory pool allows (`None`: no limit).
     pub fn get_memory_limit(&self) -> Option<usize> {
         self.memory_limit
     }
@@ -264,7 +267,7 @@ impl Settings {
     /// A store option (object_store config key, e.g. `endpoint`, `region`,
     /// `allow_http`, `access_key_id`), applied when a store is first opened.
     /// Credential-like values (`secret_access_key`, tokens, account keys) are
-    /// registered with [`redact`](crate::util::redact), so no output echoes them.
+    /// registered with udfchain's redaction, so no output echoes them.
     pub fn storage_option(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         let (key, value) = (key.into(), value.into());
         crate::util::redact::register_option(&key, &value);
@@ -407,6 +410,7 @@ impl Settings {
         self
     }
 
+    /// `progress`: whether running plans show progress.
     pub fn get_progress(&self) -> bool {
         self.progress.unwrap_or(false)
     }
@@ -425,13 +429,14 @@ impl Settings {
 
     /// How long a job on the cluster may wait for an executor while its
     /// scheduler has none registered (default
-    /// [`DEFAULT_CLUSTER_EXECUTOR_TIMEOUT`]); then it fails saying so. Taken
+    /// `DEFAULT_CLUSTER_EXECUTOR_TIMEOUT`); then it fails saying so. Taken
     /// when the cluster session is made (`SET` it before `SET cluster`).
     pub fn cluster_executor_timeout(mut self, timeout: Duration) -> Self {
         self.cluster_executor_timeout = Some(timeout);
         self
     }
 
+    /// `cluster.executor_timeout`: how long an executor may go silent before it is declared lost.
     pub fn get_cluster_executor_timeout(&self) -> Duration {
         self.cluster_executor_timeout
             .unwrap_or(DEFAULT_CLUSTER_EXECUTOR_TIMEOUT)
@@ -468,14 +473,17 @@ impl Settings {
         self
     }
 
+    /// `prefetch`: files downloaded ahead of each UDF.
     pub fn get_prefetch(&self) -> Prefetch {
         self.prefetch.unwrap_or(Prefetch::Auto)
     }
 
+    /// `cache`: whether downloads go to the shared cache.
     pub fn get_cache(&self) -> bool {
         self.cache.unwrap_or(false)
     }
 
+    /// `cache_limit`: the shared cache's size bound (`None`: unbounded).
     pub fn get_cache_limit(&self) -> Option<u64> {
         self.cache_limit
     }
@@ -485,32 +493,39 @@ impl Settings {
         self.get_root().join("cache")
     }
 
+    /// `parallel`: UDF calls at once per operator.
     pub fn get_parallel(&self) -> usize {
         self.parallel.unwrap_or_else(crate::runtime::cores).max(1)
     }
 
+    /// `workers`: partitions per UDF on a cluster.
     pub fn get_workers(&self) -> usize {
         self.workers.unwrap_or(1).max(1)
     }
 
+    /// `batch_size`: rows per batch_map call.
     pub fn get_batch_size(&self) -> usize {
         self.batch_size.unwrap_or(1000).max(1)
     }
 
+    /// `ordered`: whether UDF operators keep the input order.
     pub fn get_ordered(&self) -> bool {
         self.ordered.unwrap_or(true)
     }
 
+    /// `max_connections`: requests in flight per store.
     pub fn get_max_connections(&self) -> usize {
         self.max_connections
             .unwrap_or(DEFAULT_MAX_CONNECTIONS)
             .max(1)
     }
 
+    /// `on_error`: what a failed UDF call does to its row.
     pub fn get_on_error(&self) -> OnError {
         self.on_error.unwrap_or_default()
     }
 
+    /// `root`: the dir of datasets, caches and temp files.
     pub fn get_root(&self) -> PathBuf {
         self.root.clone().unwrap_or_else(|| {
             std::env::var_os("UDFCHAIN_ROOT")
@@ -519,6 +534,7 @@ impl Settings {
         })
     }
 
+    /// The store options (`storage.*` settings).
     pub fn get_storage_options(&self) -> &BTreeMap<String, String> {
         &self.storage_options
     }

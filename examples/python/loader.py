@@ -14,7 +14,7 @@ No bindings to build: only pyarrow (and, for the PyTorch adapter, torch).
 `FlightLoader.epoch(e)` asks the server for the epoch's plan (one Flight
 endpoint per partition, in reading order) and reads the endpoints in order on a
 background thread that keeps `prefetch` partitions ahead of the consumer (the
-server also reads ahead of each client; see the README's "Training").
+server also reads ahead of each client; see docs/training.md, "Arrow Flight").
 `TorchIterableDataset` (only when torch is importable) gives each PyTorch
 DataLoader worker its own share of the rows (`worker`/`num_workers` in the
 request), so every row goes to exactly one worker.

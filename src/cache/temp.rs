@@ -108,6 +108,8 @@ impl TempCache {
         Ok(())
     }
 
+    /// The dir (its tests check it is kept or gone).
+    #[cfg(test)]
     pub fn dir(&self) -> &Path {
         &self.dir
     }
@@ -179,6 +181,7 @@ impl TempCache {
         lock(&self.entries).len()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -21,8 +21,9 @@ mod run;
 mod save;
 mod session;
 
-pub use crate::settings::{OnError, Prefetch, Settings, parse_size};
 pub use builder::ChainBuilder;
+
+use crate::settings::Settings;
 pub use expr::col;
 
 use std::fmt;
@@ -113,6 +114,7 @@ impl fmt::Debug for Chain {
 
 impl Chain {
     #[allow(clippy::new_ret_no_self)]
+    /// A builder to start a chain from (settings first, then a source).
     pub fn new() -> ChainBuilder {
         ChainBuilder::default()
     }
@@ -165,6 +167,7 @@ impl Chain {
         Self::from_values_in(Session::global(), values)
     }
 
+    /// A chain over `values` (one row per value, its fields as columns), in `session`.
     pub fn from_values_in<T: Serialize + DeserializeOwned>(
         session: Arc<Session>,
         values: &[T],
@@ -244,6 +247,7 @@ impl Chain {
         self.step(Step::Fail(e.into()))
     }
 
+    /// Keeps the rows for which `predicate` is true (pushed down to the listing where it can be).
     pub fn filter(self, predicate: Expr) -> Self {
         self.step(Step::Filter(predicate))
     }
@@ -258,10 +262,12 @@ impl Chain {
         self.step(Step::Mutate(name.to_string(), expr))
     }
 
+    /// Sorts the rows.
     pub fn order_by(self, sort: impl IntoIterator<Item = SortExpr>) -> Self {
         self.step(Step::OrderBy(sort.into_iter().collect()))
     }
 
+    /// Keeps the first `n` rows; upstream UDFs stop once they are produced.
     pub fn limit(self, n: usize) -> Self {
         self.step(Step::Limit {
             skip: 0,
@@ -269,6 +275,7 @@ impl Chain {
         })
     }
 
+    /// Skips the first `n` rows.
     pub fn offset(self, n: usize) -> Self {
         self.step(Step::Limit {
             skip: n,
@@ -276,6 +283,7 @@ impl Chain {
         })
     }
 
+    /// Removes duplicate rows.
     pub fn distinct(self) -> Self {
         self.step(Step::Distinct)
     }
@@ -343,6 +351,7 @@ impl Chain {
         self.udf(udf)
     }
 
+    /// Adds a map UDF given as a [`Mapper`] (e.g. one of [`udfs::builtins`](crate::udfs::builtins)).
     pub fn map_udf(self, udf: Arc<dyn Mapper>) -> Self {
         self.udf(Ok(UdfKind::Map(udf)))
     }
@@ -360,7 +369,7 @@ impl Chain {
         self.gen_on(&["file"], output, f)
     }
 
-    /// Same as [`Chain::r#gen`].
+    /// Same as `Chain::gen`.
     pub fn generate<I, O, E, F, S>(self, output: &str, f: F) -> Self
     where
         I: DeserializeOwned + Send + 'static,
@@ -372,6 +381,7 @@ impl Chain {
         self.gen_on(&["file"], output, f)
     }
 
+    /// A gen UDF over the columns `params`, writing column `output` (see [`Chain::gen`]).
     pub fn gen_on<I, O, E, F, S>(self, params: &[&str], output: &str, f: F) -> Self
     where
         I: DeserializeOwned + Send + 'static,
@@ -384,6 +394,7 @@ impl Chain {
         self.udf(udf)
     }
 
+    /// Adds a gen UDF given as a [`Generator`].
     pub fn gen_udf(self, udf: Arc<dyn Generator>) -> Self {
         self.udf(Ok(UdfKind::Gen(udf)))
     }
@@ -400,6 +411,7 @@ impl Chain {
         self.batch_map_on(&["file"], output, f)
     }
 
+    /// A batch_map UDF over the columns `params`, writing column `output` (see [`Chain::batch_map`]).
     pub fn batch_map_on<I, O, E, F, Fut>(self, params: &[&str], output: &str, f: F) -> Self
     where
         I: DeserializeOwned + Send + 'static,
@@ -412,6 +424,7 @@ impl Chain {
         self.udf(udf)
     }
 
+    /// Adds a batch_map UDF given as a [`BatchMapper`].
     pub fn batch_map_udf(self, udf: Arc<dyn BatchMapper>) -> Self {
         self.udf(Ok(UdfKind::BatchMap(udf)))
     }
@@ -440,6 +453,7 @@ impl Chain {
         self.udf(udf)
     }
 
+    /// Adds an agg UDF given as an [`Aggregator`], over groups of the columns `partition_by`.
     pub fn agg_udf(self, partition_by: &[&str], udf: Arc<dyn Aggregator>) -> Self {
         let partition_by = partition_by.iter().map(|s| s.to_string()).collect();
         self.udf(Ok(UdfKind::Agg { udf, partition_by }))

@@ -41,7 +41,7 @@ impl Chain {
     }
 
     /// Runs the chain like [`collect`](Self::collect), calling `on_progress`
-    /// with the run's [`Progress`] at once, every [`TICK`](crate::progress::TICK)
+    /// with the run's [`Progress`] at once, every tick (150 ms)
     /// while it runs (read from the operators' metrics), and once after it
     /// ended (`finished = true`, final counts).
     ///

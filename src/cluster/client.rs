@@ -114,6 +114,18 @@ pub(crate) fn planning_state(config: SessionConfig) -> DfResult<SessionState> {
 }
 
 impl Session {
+    /// The session `settings` ask for: on the cluster of their `cluster`
+    /// setting (as [`Session::remote`]), else a local one.
+    ///
+    /// # Cancel safety
+    /// Dropping the future leaves nothing behind.
+    pub async fn connect(settings: Settings) -> Result<Arc<Session>> {
+        match settings.get_cluster().map(str::to_string) {
+            Some(url) => Session::remote(&url, settings).await,
+            None => Ok(Session::with_settings(settings)),
+        }
+    }
+
     /// A session whose chains and scripts run on the Ballista cluster whose
     /// scheduler is at `url` (`df://host:port`), starting from `settings`
     /// (`workers` partitions per UDF). Fails with [`Error::Cluster`] when the

@@ -329,6 +329,7 @@ pub struct LogicalCodec {
 }
 
 impl LogicalCodec {
+    /// The codec of udfchain's logical plan parts.
     pub fn new() -> Self {
         Self::default()
     }
@@ -463,7 +464,7 @@ impl PhysicalCodec {
     }
 
     /// Decoded UDF operators stop when `watch` sees their job fail or
-    /// be cancelled ([`WatchExec`]).
+    /// be cancelled (`WatchExec`).
     pub fn with_job_watch(mut self, watch: Arc<JobWatch>) -> Self {
         self.watch = Some(watch);
         self

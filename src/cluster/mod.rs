@@ -2,35 +2,40 @@
 //! by a scheduler and run by executors built with udfchain's planner,
 //! operators, object stores and codecs.
 //!
-//! - [`codec`]: plan codecs for every udfchain plan part, falling back to
+//! - `codec`: plan codecs for every udfchain plan part, falling back to
 //!   Ballista's; UDFs travel by name.
-//! - [`registry`]: the UDFs an executor runs, by name.
-//! - [`spread`]: `workers` partitions per UDF on a cluster.
-//! - [`reruns`]: every row once when Ballista reruns a stage after an
+//! - `registry`: the UDFs an executor runs, by name.
+//! - `spread`: `workers` partitions per UDF on a cluster.
+//! - `reruns`: every row once when Ballista reruns a stage after an
 //!   executor was lost.
-//! - [`client`]: `Session::remote(url, settings)`, `Session::standalone`, and
-//!   writes (`save`) that run on the client.
-//! - [`job`]: a job seen from the client: cancelled when its stream is
+//! - `client`: `Session::connect(settings)`, `Session::remote(url, settings)`,
+//!   `Session::standalone`, and writes (`save`) that run on the client.
+//! - `job`: a job seen from the client: cancelled when its stream is
 //!   dropped, its task errors readable.
-//! - [`job_watch`]: on executors, udfchain operators stop when their job is
+//! - `job_watch`: on executors, udfchain operators stop when their job is
 //!   cancelled or failed.
-//! - [`scheduler`] / [`executor`]: the two processes (`udfchain cluster
-//!   scheduler|executor`), and builders for Rust users with their own UDFs.
+//! - `scheduler` / `executor`: the two processes (`udfchain cluster
+//!   scheduler|executor`), and builders for Rust users with their own UDFs
+//!   ([`Scheduler`], [`Executor`] with a [`UdfRegistry`]).
+//!
+//! Public here: the builders, [`UdfRegistry`], the codecs (for Ballista
+//! setups of your own), [`CONNECT_TIMEOUT`], [`scheduler_url`] and
+//! [`cancels_sent`]; the submodules are the crate's.
 
-pub mod cli;
-pub mod client;
-pub mod codec;
-pub mod executor;
-pub mod job;
-pub mod job_watch;
-pub mod registry;
-pub mod reruns;
-pub mod scheduler;
-pub mod spread;
+pub(crate) mod client;
+pub(crate) mod codec;
+pub(crate) mod executor;
+pub(crate) mod job;
+pub(crate) mod job_watch;
+pub(crate) mod registry;
+pub(crate) mod reruns;
+pub(crate) mod scheduler;
+pub(crate) mod spread;
 
 pub use client::{CONNECT_TIMEOUT, scheduler_url};
 pub use codec::{LogicalCodec, PhysicalCodec};
 pub use executor::{Executor, ExecutorBuilder};
+pub use job::cancels_sent;
 pub use registry::UdfRegistry;
 pub use reruns::OneFinalTask;
 pub use scheduler::{Scheduler, SchedulerBuilder};

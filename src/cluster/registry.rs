@@ -182,6 +182,7 @@ impl UdfRegistry {
         self.makers.keys().cloned().collect()
     }
 
+    /// Whether a UDF named `name` is registered.
     pub fn contains(&self, name: &str) -> bool {
         self.makers.contains_key(name)
     }

@@ -4,7 +4,7 @@
 //! sends stages to executors with [`PhysicalCodec`]. It runs no UDF, so it
 //! needs no registry: custom UDFs are registered on executors only.
 //!
-//! Failure bounds (see the README's "Cluster" section): an executor that stops
+//! Failure bounds (see docs/cluster.md, "Failures"): an executor that stops
 //! polling for [`EXECUTOR_TIMEOUT`] is declared dead (checked every
 //! [`EXPIRE_CHECK`]) and its tasks run again elsewhere; a task that fails
 //! [`TASK_MAX_FAILURES`] times fails its job with the task's error.
@@ -33,6 +33,7 @@ pub const TASK_MAX_FAILURES: usize = 4;
 pub struct Scheduler;
 
 impl Scheduler {
+    /// A builder for a scheduler (default address `127.0.0.1:50050`).
     pub fn builder() -> SchedulerBuilder {
         SchedulerBuilder {
             bind: "127.0.0.1:50050".into(),

@@ -57,14 +57,18 @@ use crate::util::owner::{self, OwnerLock};
 /// One version of a dataset.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DatasetInfo {
+    /// The dataset's name.
     pub name: String,
+    /// The version (from 1).
     pub version: u32,
     /// The directory holding the version's Parquet file(s), resolved against
     /// the root the catalog was opened with.
     pub path: PathBuf,
     /// One `name: type` per line.
     pub schema: String,
+    /// Rows in this version.
     pub rows: u64,
+    /// Bytes of its data files.
     pub bytes: u64,
     /// Seconds since the Unix epoch.
     pub created: i64,

@@ -100,9 +100,11 @@ impl std::fmt::Debug for Loader {
 /// The partitions one (rank, worker) reads in an epoch, in reading order.
 #[derive(Clone)]
 pub struct EpochPlan {
+    /// The epoch this plan is for.
     pub epoch: u64,
     /// The output columns (with the bytes column, last, when `with_bytes`).
     pub schema: SchemaRef,
+    /// The partitions in reading order.
     pub partitions: Vec<PartitionInfo>,
     spec: Arc<Spec>,
 }
@@ -132,6 +134,7 @@ pub struct PartitionInfo {
 /// session's memory pool until this is dropped.
 #[derive(Debug)]
 pub struct PartitionData {
+    /// The partition's rows.
     pub batches: Vec<RecordBatch>,
     /// The Arrow memory of `batches` (what is charged).
     pub bytes: usize,

@@ -25,10 +25,14 @@ pub struct PipelineConfig {
     /// Names the state dir (`<root>/pipelines/<name>/`) and the datasets
     /// (`<name>-trigger-<id>`): letters, digits, `_`, `-`, `.`.
     pub name: String,
+    /// Where samples come from and how they are read.
     pub data: DataConfig,
+    /// When a trigger fires.
     pub trigger: TriggerConfig,
+    /// How a trigger's training set is selected.
     pub selection: SelectionConfig,
     #[serde(default)]
+    /// The training hook run after each trigger, if any.
     pub training: Option<TrainingConfig>,
 }
 
@@ -41,8 +45,10 @@ pub struct DataConfig {
     /// Only files whose path below `uri` matches, e.g. `"*.csv"`, `"**/*.png"`.
     #[serde(default)]
     pub glob: Option<String>,
+    /// How files hold samples.
     pub format: Format,
     #[serde(default)]
+    /// Where a sample's timestamp comes from.
     pub timestamp: TimestampSource,
     /// Samples per batch informed to the trigger and the selector.
     #[serde(default = "default_batch_size")]
@@ -75,13 +81,16 @@ pub enum Format {
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
+/// The `single_sample` format: one file per sample.
 pub struct SingleSampleFormat {
     #[serde(default)]
+    /// The extension of a sibling file holding the label (else the parent dir's name).
     pub label_file_ext: Option<String>,
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
+/// The `csv` format: one sample per row.
 pub struct CsvFormat {
     /// The label's column, counted from 0.
     pub label_column: usize,
@@ -95,20 +104,25 @@ pub struct CsvFormat {
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
+/// The `binary` format: fixed-size records, the label first.
 pub struct BinaryFormat {
     /// Bytes per record, label included.
     pub record_size: usize,
     /// Bytes of the label at the start of each record (1 to 8).
     pub label_size: usize,
     #[serde(default)]
+    /// The label's byte order.
     pub byte_order: ByteOrder,
 }
 
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
+/// The byte order of a binary label.
 pub enum ByteOrder {
     #[default]
+    /// Least significant byte first (the default).
     Little,
+    /// Most significant byte first.
     Big,
 }
 

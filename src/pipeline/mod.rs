@@ -8,7 +8,8 @@
 //!
 //! - `config` the YAML config; `storage` samples from storage; `state` the
 //!   pipeline's tables in its state db; `supervisor` the loop; `hook` the
-//!   training hook; `cli` the `udfchain pipeline` commands.
+//!   training hook; `inspect` a pipeline's recorded state, read without
+//!   running it (`udfchain pipeline ls|show|keys`).
 //! - `sample`, `trigger/`, `selector/`: the sample type, the trigger policies
 //!   and the selection strategies, written against one contract.
 //!
@@ -32,27 +33,34 @@
 //! # Ok(()) }
 //! ```
 
-pub mod cli;
-pub mod config;
-pub mod hook;
-pub mod sample;
-pub mod selector;
-pub mod state;
-pub mod storage;
-pub mod supervisor;
-pub mod trigger;
+pub(crate) mod config;
+pub(crate) mod hook;
+pub mod inspect;
+pub(crate) mod sample;
+pub(crate) mod selector;
+pub(crate) mod state;
+pub(crate) mod storage;
+pub(crate) mod supervisor;
+pub(crate) mod trigger;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-pub use config::PipelineConfig;
+pub use config::{
+    BinaryFormat, ByteOrder, CsvFormat, DataConfig, Format, PipelineConfig, SingleSampleFormat,
+    TimestampSource, TrainingConfig, parse_duration,
+};
 pub use sample::Sample;
+pub use selector::{
+    CoresetSampling, LimitReset, Presampling, PresamplingKind, ScoreFn, SelectionConfig,
+    StrategyKind, TriggerInfo,
+};
 pub use state::TriggerRecord;
-pub use supervisor::{Range, StopHandle, dataset_name};
+pub use supervisor::{FileRow, KeyRow, Range, StopHandle, dataset_name};
+pub use trigger::{DriftConfig, DriftMetric, FeatureSource, TriggerConfig};
 
 use crate::error::Result;
 use crate::pipeline::hook::{CompletedCallback, Hook};
-use crate::pipeline::selector::ScoreFn;
 use crate::pipeline::storage::FeatureFn;
 use crate::pipeline::supervisor::Supervisor;
 use crate::session::Session;
@@ -112,6 +120,7 @@ impl Pipeline {
         Ok(p)
     }
 
+    /// The pipeline's config.
     pub fn config(&self) -> &PipelineConfig {
         &self.config
     }
@@ -162,6 +171,13 @@ impl Pipeline {
     /// The Flight address given to the training command (`UDFCHAIN_FLIGHT_ADDR`).
     pub fn flight_addr(mut self, addr: impl Into<String>) -> Self {
         self.hook.flight_addr = Some(addr.into());
+        self
+    }
+
+    /// How often a live run lists storage (e.g. `500ms`, `10s`, `1m`),
+    /// over the config's `data.poll_interval`.
+    pub fn poll_interval(mut self, every: impl Into<String>) -> Self {
+        self.config.data.poll_interval = Some(every.into());
         self
     }
 

@@ -54,11 +54,15 @@ pub const DB_FILE: &str = "state.db";
 /// One trigger as recorded.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TriggerRecord {
+    /// The trigger's id (from 0).
     pub trigger_id: u64,
     /// The timestamp (seconds since the epoch) of the sample after which it fired.
     pub at: i64,
+    /// Keys in its training set.
     pub num_keys: u64,
+    /// Partitions of the set.
     pub num_partitions: usize,
+    /// Keys per partition.
     pub partition_sizes: Vec<usize>,
     /// The dataset holding the set (`None` for an empty set: no training).
     pub dataset: Option<String>,
@@ -204,9 +208,6 @@ pub fn triggers(db: &Connection, sql: &SqlErr, status: Option<&str>) -> Result<V
     }
     Ok(out)
 }
-
-/// One sample's stored row: (path, index in file, timestamp, label).
-pub type SampleRow = (String, u64, i64, i64);
 
 /// Encodes features as little-endian f32s.
 pub fn encode_features(f: &[f32]) -> Vec<u8> {

@@ -65,6 +65,7 @@ pub struct StopHandle {
 }
 
 impl StopHandle {
+    /// A handle not yet stopped.
     pub fn new() -> Self {
         Self::default()
     }
@@ -75,6 +76,7 @@ impl StopHandle {
         self.notify.notify_waiters();
     }
 
+    /// Whether [`stop`](Self::stop) was called.
     pub fn is_stopped(&self) -> bool {
         self.stopped.load(Ordering::SeqCst)
     }
@@ -92,7 +94,9 @@ impl StopHandle {
 /// Which samples a run informs: timestamps in `[from, to]` (inclusive).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Range {
+    /// Only samples with timestamps >= `from` (seconds since the epoch).
     pub from: Option<i64>,
+    /// Only samples with timestamps <= `to`.
     pub to: Option<i64>,
 }
 
@@ -599,25 +603,40 @@ fn lock_run(pipeline: &str, path: &std::path::Path) -> Result<std::fs::File> {
 /// A row of a saved training set with the sample's file (single_sample format).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct FileRow {
+    /// The sample's key (its position in ingestion order).
     pub key: u64,
+    /// The file holding it, relative to the data URI.
     pub path: String,
+    /// Its position in that file (0 for single_sample).
     pub index: u64,
+    /// Its timestamp (seconds since the epoch).
     pub timestamp: i64,
+    /// Its label.
     pub label: i64,
+    /// Its weight in the set.
     pub weight: f64,
+    /// The partition of the set it is in.
     pub partition: u64,
+    /// The sample's file.
     pub file: File,
 }
 
 /// A row of a saved training set (csv and binary formats).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct KeyRow {
+    /// The sample's key (its position in ingestion order).
     pub key: u64,
+    /// The file holding it, relative to the data URI.
     pub path: String,
+    /// Its position in that file (0 for single_sample).
     pub index: u64,
+    /// Its timestamp (seconds since the epoch).
     pub timestamp: i64,
+    /// Its label.
     pub label: i64,
+    /// Its weight in the set.
     pub weight: f64,
+    /// The partition of the set it is in.
     pub partition: u64,
 }
 

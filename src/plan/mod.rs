@@ -24,8 +24,6 @@ pub use batch_map::BatchMapExec;
 pub use generate::GenerateExec;
 pub use map::MapExec;
 pub use node::{UdfKind, UdfNode};
-pub use planner::{
-    UdfExecParts, UdfPlanner, UdfQueryPlanner, prefetch_options, udf_exec, udf_exec_parts,
-};
-pub use prefetch::{PrefetchExec, PrefetchHandle, PrefetchOptions, WindowPins};
+pub use planner::{UdfQueryPlanner, prefetch_options, udf_exec, udf_exec_parts};
+pub use prefetch::{PrefetchExec, PrefetchOptions, WindowPins};
 pub use report::{OperatorReport, RunReport};

@@ -15,9 +15,7 @@ use datafusion::arrow::datatypes::Field;
 use datafusion::common::{DFSchema, DFSchemaRef};
 use datafusion::error::Result as DfResult;
 use datafusion::logical_expr::{Expr, Extension, LogicalPlan, UserDefinedLogicalNodeCore};
-use udfchain_udfs::{
-    Aggregator, BatchMapper, File, Generator, Mapper, Signature, check_input_type,
-};
+use udfchain_udfs::{Aggregator, BatchMapper, Generator, Mapper, Signature, check_input_type};
 
 use crate::error::{Error, Result};
 use crate::settings::Settings;
@@ -83,18 +81,6 @@ impl UdfNode {
         LogicalPlan::Extension(Extension {
             node: Arc::new(self),
         })
-    }
-
-    /// Indices (in the input schema) of the columns holding `File`s among the params.
-    pub fn file_params(&self) -> Vec<usize> {
-        let input = self.input.schema();
-        self.kind
-            .signature()
-            .params
-            .iter()
-            .filter_map(|p| input.index_of_column_by_name(None, p))
-            .filter(|&i| File::is_file_type(input.field(i).data_type()))
-            .collect()
     }
 }
 

@@ -30,11 +30,12 @@ pub struct OperatorReport {
 /// What a run did.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RunReport {
+    /// One report per UDF and prefetch operator, in plan order.
     pub operators: Vec<OperatorReport>,
     /// Files (or `udf row N`) dropped by `on_error = skip`, operator by
     /// operator from the top of the plan; a UDF operator lists its rows in
     /// output order (`ordered = true`) or as calls finish, a prefetch as
-    /// downloads fail; at most [`SKIP_LIST_LIMIT`].
+    /// downloads fail; at most `SKIP_LIST_LIMIT`.
     pub skipped: Vec<String>,
     /// Drops under `on_error = skip` that `skipped` does not list.
     pub skipped_unlisted: usize,

@@ -23,7 +23,7 @@
 
 mod display;
 
-pub use display::{Display, draw_on_stderr};
+pub use display::Display;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -57,7 +57,7 @@ pub struct Progress {
     pub cache_hits: usize,
     /// Time left, estimated from the rate of the last UDF whose total is known.
     pub eta: Option<Duration>,
-    /// The run has ended (the last sample of [`watch`]).
+    /// The run has ended (the last sample of `watch`).
     pub finished: bool,
     /// A cluster job waits: its scheduler has no executor registered.
     pub waiting_for_executor: bool,
@@ -287,13 +287,13 @@ pub async fn watch<T>(
     }
 }
 
-/// Runs `run` (which executes `plan`) under [`watch`]: a [`Display`] when
+/// Runs `run` (which executes `plan`) under `watch`: a `Display` when
 /// `show` (drawn only on a terminal outside CI) and `on_progress` on every
 /// sample; after a successful run that [`Progress::is_long`], prints
 /// [`Progress::summary`] of `rows(&output)` on stderr when `show`.
 ///
 /// # Cancel safety
-/// As [`watch`]; the display is cleared when the future is dropped.
+/// As `watch`; the display is cleared when the future is dropped.
 pub async fn run<T, E>(
     plan: &Arc<dyn ExecutionPlan>,
     run: impl Future<Output = Result<T, E>>,

@@ -43,8 +43,8 @@ use datafusion::optimizer::AnalyzerRule;
 use udfchain_udfs::builtins::{file_size, image_size, line_count, md5, read_text, sha256};
 use udfchain_udfs::{File, Mapper, UdfError, map_fn};
 
-use crate::chain::Settings;
 use crate::plan::{UdfKind, UdfNode};
+use crate::settings::Settings;
 use crate::util::lock::lock;
 
 /// Builds the UDF for a call: `make(param column, output column)`.

@@ -26,10 +26,10 @@ use udfchain_udfs::builtins::{ParquetRows, parquet_schema, tar_entries, webdatas
 use udfchain_udfs::gen_fn;
 
 use crate::cache::StoreSource;
-use crate::chain::Settings;
 use crate::dataset::Catalog;
 use crate::error::Error;
 use crate::plan::{UdfKind, UdfNode};
+use crate::settings::Settings;
 use crate::storage::StorageTable;
 use crate::util::lock::lock;
 

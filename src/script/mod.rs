@@ -32,9 +32,10 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema};
 
 use datafusion::logical_expr::{LogicalPlan, LogicalPlanBuilder};
 
-use crate::chain::{Chain, Settings};
+use crate::chain::Chain;
 use crate::error::{Error, Result};
 use crate::session::Session;
+use crate::settings::Settings;
 use crate::util::closest;
 use crate::util::lock::lock;
 
@@ -50,9 +51,13 @@ pub enum Output {
 /// A statement ready to run: either already done, or a plan to execute (so a
 /// caller can watch its metrics while it streams).
 pub enum Execution {
+    /// Ran already (`SET`, `SHOW DATASETS`, a saved dataset): its output.
     Done(Output),
+    /// A query to execute: its plan and the task context to run it in.
     Plan {
+        /// The physical plan.
         plan: Arc<dyn datafusion::physical_plan::ExecutionPlan>,
+        /// Its task context.
         ctx: Arc<datafusion::execution::TaskContext>,
     },
 }
@@ -127,7 +132,7 @@ impl ScriptRunner {
     }
 
     /// Runs every statement of `script` in order; stops at the first error.
-    /// A script that does not split (see [`statement`]) runs nothing.
+    /// A script that does not split (see `script/statement.rs`) runs nothing.
     pub async fn run(&self, script: &str) -> Result<Vec<Output>> {
         let mut out = Vec::new();
         for stmt in split(script)? {

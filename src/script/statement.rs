@@ -34,8 +34,11 @@ use crate::error::{Error, Result};
 pub struct Statement {
     /// The text exactly as written, from the first token to the last.
     pub text: String,
+    /// Its first token's line (1-based).
     pub line: usize,
+    /// Its first token's column (1-based).
     pub column: usize,
+    /// What it is.
     pub kind: Kind,
 }
 
@@ -45,17 +48,30 @@ pub enum Kind {
     /// `SET name = value` or `SET name TO value`. `name` is a word or dotted
     /// words (`storage.region`); `value` is a quoted string's content, else the
     /// value's text as written (`16`, `auto`, `-1`).
-    Set { name: String, value: String },
+    Set {
+        /// The setting's name.
+        name: String,
+        /// Its value.
+        value: String,
+    },
     /// `CREATE DATASET name AS query`. `name` is a quoted identifier's content,
     /// else the name as written; `query` is the rest (its kind is always `Sql`).
-    CreateDataset { name: String, query: Box<Statement> },
+    CreateDataset {
+        /// The dataset's name.
+        name: String,
+        /// The query whose rows it saves.
+        query: Box<Statement>,
+    },
     /// `SHOW DATASETS`.
     ShowDatasets,
     /// `EXPLAIN [ANALYZE] [VERBOSE] body`; `body` is recognised as a
     /// `CREATE DATASET` (explained as its query) or else `Sql`.
     Explain {
+        /// `ANALYZE`: run it and show the metrics.
         analyze: bool,
+        /// `VERBOSE`.
         verbose: bool,
+        /// What is explained.
         body: Box<Statement>,
     },
     /// Anything else: DataFusion's SQL.

@@ -18,7 +18,9 @@ pub const DEFAULT_PARTITION_ROWS: usize = 1000;
 /// The largest `partition_rows`, `prefetch_partitions` and `parallel_requests`
 /// accepted (a typo such as 1e12 rows must not reserve the machine).
 pub const MAX_PARTITION_ROWS: usize = 100_000_000;
+/// The most partitions a request may ask to be read ahead.
 pub const MAX_PREFETCH_PARTITIONS: usize = 1024;
+/// The most partition requests one client may have in flight.
 pub const MAX_PARALLEL_REQUESTS: usize = 64;
 /// The largest `world_size` and `num_workers`.
 pub const MAX_CONSUMERS: usize = 1 << 16;

@@ -57,7 +57,12 @@ pub enum TicketError {
          one is {this}), e.g. before the server restarted: call get_flight_info again for \
          fresh tickets"
     )]
-    OtherServer { ticket: String, this: String },
+    OtherServer {
+        /// The server id the ticket names.
+        ticket: String,
+        /// This server's id.
+        this: String,
+    },
     /// Its fields do not match its tag: edited or made up.
     #[error(
         "this ticket was altered or forged (its tag does not match its request, stream \

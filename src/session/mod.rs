@@ -2,8 +2,6 @@
 //! the stores it has opened, and the default [`Settings`] of its chains.
 //! (Its chain and catalog constructors live in `chain/`, the layer above.)
 
-pub use crate::runtime::{PoolTask, cores, spawn_on, spawn_udf};
-
 use std::sync::{Arc, OnceLock};
 
 use datafusion::execution::SessionStateBuilder;

@@ -26,9 +26,8 @@ mod open;
 mod plain_http;
 mod s3;
 
-pub use download::{Changed, Downloaded, VersionPin, download_bytes, download_to, is_transient};
-pub use explain::{Explained, NoSuchBucket, Rejected, explain, explain_at};
+pub use download::{Downloaded, VersionPin, download_bytes, download_to};
+pub use explain::{explain, explain_at};
 pub use listing::{ListingExec, StorageTable, file_schema};
-pub use location::{Location, check_local_path, missing_path};
+pub use location::{Location, missing_path};
 pub use open::{open_source, open_store};
-pub use s3::NoCredentials;

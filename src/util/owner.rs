@@ -57,11 +57,6 @@ impl OwnerLock {
         }
     }
 
-    /// The owned dir.
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     /// Gives the dir up without removing it: the lock file is deleted first,
     /// then the lock released, so a sweeper that was waiting on it sees it
     /// unlinked and leaves the dir alone.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use object_store::memory::InMemory;
 use object_store::{ObjectStore, PutPayload};
 use serde::Deserialize;
-use udfchain::cache::SharedCache;
+use udfchain::SharedCache;
 use udfchain::udfs::builtins::tar_members;
 use udfchain::{File, Session, Settings, col};
 

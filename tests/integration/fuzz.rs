@@ -10,7 +10,7 @@
 
 use proptest::prelude::*;
 use udfchain::loader::Loader;
-use udfchain::pipeline::config::PipelineConfig;
+use udfchain::pipeline::PipelineConfig;
 use udfchain::serve::{FlightRequest, TicketKey};
 use udfchain::{Catalog, Session, Settings};
 

@@ -24,6 +24,10 @@ const LAYERS: &[&[&str]] = &[
     &["serve"],
     &["pipeline"],
     &["cluster"],
+    // Internals for the binary, tests, benches and Python (`#[doc(hidden)]`).
+    &["testing"],
+    // The binary's command line (declared by main.rs, never by lib.rs).
+    &["cli"],
 ];
 
 /// Names re-exported at the crate root, by the module that defines them.
@@ -34,6 +38,10 @@ const ROOT_ITEMS: &[(&str, &str)] = &[
     ("OnError", "settings"),
     ("Prefetch", "settings"),
     ("Chain", "chain"),
+    ("ChainBuilder", "chain"),
+    ("col", "chain"),
+    ("SharedCache", "cache"),
+    ("CacheUsage", "cache"),
     ("Session", "session"),
     ("Catalog", "dataset"),
     ("DatasetInfo", "dataset"),
@@ -109,7 +117,7 @@ fn imports_point_down_only() {
             .and_then(|c| c.as_os_str().to_str())
             .map(|s| s.trim_end_matches(".rs"))
             .unwrap_or("");
-        // The crate root and the binary sit above every layer.
+        // The crate root and main.rs sit above every layer.
         let Some(own) = layer(top) else { continue };
         let text = std::fs::read_to_string(file).expect("read source");
         for (n, line) in text.lines().enumerate() {
@@ -141,6 +149,7 @@ fn every_top_level_module_has_a_layer() {
     for line in lib.lines() {
         if let Some(name) = line
             .strip_prefix("pub mod ")
+            .or_else(|| line.strip_prefix("pub(crate) mod "))
             .or_else(|| line.strip_prefix("mod "))
         {
             let name = name.trim_end_matches(';');
@@ -150,6 +159,37 @@ fn every_top_level_module_has_a_layer() {
             );
         }
     }
+}
+
+/// The CLI is the binary's: `main.rs` declares `cli`, `lib.rs` does not, and
+/// no library file names clap (no clap type in the library's API).
+#[test]
+fn the_cli_is_the_binarys() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let read = |f: &str| std::fs::read_to_string(src.join(f)).expect("read source");
+    let declares_cli = |text: &str| text.lines().any(|l| l.trim() == "mod cli;");
+    assert!(declares_cli(&read("main.rs")), "main.rs declares mod cli");
+    assert!(
+        !declares_cli(&read("lib.rs")),
+        "lib.rs must not declare cli"
+    );
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let uses_clap: Vec<String> = files
+        .iter()
+        .filter(|f| !f.starts_with(src.join("cli")) && !f.ends_with("main.rs"))
+        .filter(|f| {
+            std::fs::read_to_string(f)
+                .expect("read source")
+                .lines()
+                .any(|l| l.split("//").next().unwrap_or("").contains("clap"))
+        })
+        .map(|f| f.display().to_string())
+        .collect();
+    assert!(
+        uses_clap.is_empty(),
+        "library files using clap: {uses_clap:?}"
+    );
 }
 
 /// Names `plan/mod.rs` re-exports, by the submodule that defines them.

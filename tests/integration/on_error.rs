@@ -548,7 +548,7 @@ fn held(tmp: &Path) -> BTreeSet<String> {
         {
             let name = f.file_name().to_string_lossy().to_string();
             if let Some((_, ext)) = name.rsplit_once('.')
-                && f.file_name() != udfchain::util::owner::LOCK_FILE
+                && f.file_name() != udfchain::testing::LOCK_FILE
             {
                 out.insert(ext.to_string());
             }
@@ -985,7 +985,7 @@ async fn rows_skipped_under_cache_release_their_shared_cache_pins_at_once() {
             async move {
                 let n = total(&p).await?;
                 if p.id == last {
-                    let cache = udfchain::cache::SharedCache::open(&cache_dir, None)?;
+                    let cache = udfchain::SharedCache::open(&cache_dir, None)?;
                     cache.prune_to(0)?;
                     *seen.lock().expect("lock") = Some(cache.du()?.files);
                 }

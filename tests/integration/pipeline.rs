@@ -137,7 +137,7 @@ training:
 
 #[test]
 fn the_issue_config_is_accepted_and_its_alternatives_too() {
-    use udfchain::pipeline::config::{ByteOrder, Format, TimestampSource};
+    use udfchain::pipeline::{ByteOrder, Format, TimestampSource};
     let c = PipelineConfig::from_yaml(ISSUE_YAML, "issue.yaml").expect("the issue's config");
     assert_eq!(c.name, "demo");
     assert_eq!(c.data.uri, "./data");
@@ -1071,7 +1071,7 @@ fn cli_live_run_stops_on_ctrl_c() {
 /// pipeline: at each trigger, the k = 2 best-scored candidates of all data so far.
 struct LabelThenKey;
 
-impl udfchain::pipeline::selector::ScoreFn for LabelThenKey {
+impl udfchain::pipeline::ScoreFn for LabelThenKey {
     fn score(&self, candidates: &[udfchain::pipeline::Sample]) -> udfchain::Result<Vec<f64>> {
         Ok(candidates
             .iter()
@@ -1315,7 +1315,7 @@ selection: {{strategy: new_data, maximum_keys_in_memory: 10, tail_triggers: 0}}
 /// transaction that computes a trigger's set.
 struct ThreadNoter(Arc<std::sync::Mutex<Vec<std::thread::ThreadId>>>);
 
-impl udfchain::pipeline::selector::ScoreFn for ThreadNoter {
+impl udfchain::pipeline::ScoreFn for ThreadNoter {
     fn score(&self, candidates: &[udfchain::pipeline::Sample]) -> udfchain::Result<Vec<f64>> {
         self.0
             .lock()

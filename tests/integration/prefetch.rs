@@ -679,7 +679,7 @@ fn temp_file_sizes(tmp: &std::path::Path) -> Vec<u64> {
             .flatten()
             .flatten()
         {
-            if f.file_name() != udfchain::util::owner::LOCK_FILE {
+            if f.file_name() != udfchain::testing::LOCK_FILE {
                 sizes.extend(f.metadata().map(|m| m.len()));
             }
         }

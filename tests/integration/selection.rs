@@ -9,8 +9,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use udfchain::pipeline::Sample;
-use udfchain::pipeline::selector::{SelectionConfig, Strategy, StrategyKind, build_strategy};
-use udfchain::pipeline::trigger::{Trigger, TriggerConfig, build_trigger};
+use udfchain::pipeline::{SelectionConfig, StrategyKind, TriggerConfig};
+use udfchain::testing::{Strategy, Trigger, build_strategy, build_trigger};
 
 const CHILD_DB: &str = "UDFCHAIN_SELECTION_CHILD_DB";
 const BATCHES: u64 = 12;

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
-use udfchain::cache::{CacheUsage, SharedCache};
+use udfchain::{CacheUsage, SharedCache};
 use udfchain::{Error, File};
 
 fn file(i: usize, size: u64) -> File {
@@ -872,7 +872,7 @@ async fn download_into(
     tmp: PathBuf,
 ) -> udfchain::Result<()> {
     let path = object_store::path::Path::from(path);
-    udfchain::storage::download_to(store, &path, file, &tmp)
+    udfchain::testing::download_to(store, &path, file, &tmp)
         .await
         .map(|_| ())
 }
@@ -1257,7 +1257,7 @@ async fn stress_child() {
 #[derive(Debug)]
 struct Vanished(PathBuf);
 
-impl udfchain::cache::LocalCopies for Vanished {
+impl udfchain::testing::LocalCopies for Vanished {
     fn local_path(&self, _file: &File) -> Option<PathBuf> {
         Some(self.0.clone())
     }
@@ -1272,7 +1272,7 @@ async fn a_local_copy_gone_before_the_read_is_read_from_the_store() {
     let env = Arc::new(RuntimeEnv::default());
     let url = url::Url::parse("memory://vanish").expect("url");
     env.register_object_store(&url, Arc::clone(&store) as _);
-    let source = udfchain::cache::StoreSource::new(
+    let source = udfchain::testing::StoreSource::new(
         env,
         Default::default(),
         Some(Arc::new(Vanished(tmp.path().join("evicted")))),
@@ -1297,7 +1297,7 @@ async fn a_local_copy_gone_before_the_read_is_read_from_the_store() {
 #[derive(Debug, Default)]
 struct Released(std::sync::Mutex<Vec<String>>);
 
-impl udfchain::cache::LocalCopies for Released {
+impl udfchain::testing::LocalCopies for Released {
     fn local_path(&self, _file: &File) -> Option<PathBuf> {
         None
     }
@@ -1309,8 +1309,8 @@ impl udfchain::cache::LocalCopies for Released {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn window_pins_hold_an_entry_until_its_last_row_is_released() {
-    use udfchain::cache::LocalCopies;
-    use udfchain::plan::WindowPins;
+    use udfchain::testing::LocalCopies;
+    use udfchain::testing::WindowPins;
     let tmp = tempfile::tempdir().expect("tempdir");
     let cache = SharedCache::open(tmp.path(), None).expect("open");
     let calls = Arc::new(AtomicUsize::new(0));

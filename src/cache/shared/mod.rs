@@ -75,7 +75,9 @@ const TEMP_PREFIX: &str = ".tmp-";
 /// Number and total size of cache entries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct CacheUsage {
+    /// Entries (files) counted.
     pub files: u64,
+    /// Their bytes.
     pub bytes: u64,
 }
 
@@ -150,7 +152,7 @@ impl SharedCache {
     }
 
     /// Pins the complete entry of `file` if present (as [`SharedCache::get`]
-    /// finds it): it stays until the returned [`PinnedEntry`] is dropped.
+    /// finds it): it stays until the returned `PinnedEntry` is dropped.
     pub fn pin(&self, file: &File) -> Option<PinnedEntry> {
         let key = Self::key(file);
         let entry = self.entry_path(&key);

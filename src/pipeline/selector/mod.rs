@@ -29,6 +29,7 @@ use crate::pipeline::trigger::{bad_setting, db_error};
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct SelectionConfig {
+    /// The strategy.
     pub strategy: StrategyKind,
     /// Keys per partition of a trigger's set.
     pub maximum_keys_in_memory: usize,
@@ -70,9 +71,13 @@ pub struct SelectionConfig {
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum StrategyKind {
+    /// The samples since the last trigger.
     NewData,
+    /// The newest samples, older ones as space allows.
     Freshness,
+    /// As many samples of each label as the limit allows.
     LabelBalanced,
+    /// The best-scored samples (see [`ScoreFn`]).
     Coreset,
 }
 
@@ -90,6 +95,7 @@ pub enum LimitReset {
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Presampling {
+    /// How the candidates are drawn.
     pub strategy: PresamplingKind,
     /// Share of the candidates kept, in (0, 1].
     pub ratio: f64,
@@ -99,7 +105,9 @@ pub struct Presampling {
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum PresamplingKind {
+    /// Uniformly at random.
     Random,
+    /// The same number per label.
     LabelBalanced,
 }
 
@@ -116,13 +124,17 @@ pub enum CoresetSampling {
 /// A trigger's training set, as built.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TriggerInfo {
+    /// The trigger's id.
     pub trigger_id: u64,
+    /// Keys in the set.
     pub num_keys: u64,
+    /// Keys per partition.
     pub partition_sizes: Vec<usize>,
 }
 
 /// coreset's scoring function over candidates (higher = more useful).
 pub trait ScoreFn: Send + Sync {
+    /// One score per candidate, higher is better.
     fn score(&self, candidates: &[Sample]) -> crate::Result<Vec<f64>>;
 }
 

@@ -9,7 +9,6 @@ mod drift;
 mod time;
 
 pub use amount::AmountTrigger;
-pub use distance::{gaussian_mmd2, ks_statistic, median_bandwidth};
 pub use drift::DriftTrigger;
 pub use time::{TimeTrigger, parse_every};
 
@@ -23,10 +22,16 @@ use crate::pipeline::sample::Sample;
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum TriggerConfig {
     /// Every `num_samples` samples, across batch boundaries.
-    Amount { num_samples: u64 },
+    Amount {
+        /// Samples per trigger.
+        num_samples: u64,
+    },
     /// Every `every` of sample time ("30s", "5m", "2h", "1d", "1w"); the first
     /// boundary is the first sample's timestamp + `every`.
-    Time { every: String },
+    Time {
+        /// The interval of sample time.
+        every: String,
+    },
     /// A distance between a reference window and the current window.
     Drift(DriftConfig),
 }

@@ -24,6 +24,7 @@ pub struct WindowPins {
 }
 
 impl WindowPins {
+    /// Pins over `inner`'s local copies.
     pub fn new(inner: Arc<dyn LocalCopies>) -> Arc<Self> {
         Arc::new(Self {
             inner,
@@ -55,6 +56,7 @@ impl WindowPins {
         lock(&self.held).len()
     }
 
+    /// Whether no file is pinned.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -8,17 +8,16 @@
 //! consistent point (a running hook is waited for). `keys` prints
 //! `key,path,index,timestamp,label,weight` rows in the set's (shuffled) order.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::error::{Error, Result};
-use crate::pipeline::config::{PipelineConfig, parse_duration};
-use crate::pipeline::selector::build_strategy;
-use crate::pipeline::state::{self, TriggerRecord};
-use crate::pipeline::supervisor::{StopHandle, set_rows};
-use crate::pipeline::{Pipeline, config::Format};
-use crate::session::Session;
+use clap::Subcommand;
+use udfchain::pipeline::inspect;
+use udfchain::pipeline::parse_duration;
+use udfchain::pipeline::{Pipeline, StopHandle, TriggerRecord};
+use udfchain::{Error, Result, Session};
+
+use crate::cli::print;
 
 /// Examples at the end of `udfchain pipeline --help`.
 pub const EXAMPLES: &str = "\
@@ -30,7 +29,7 @@ Examples:
   udfchain pipeline show demo
   udfchain pipeline keys demo 0 --partition 1";
 
-#[derive(clap::Subcommand)]
+#[derive(Subcommand)]
 pub enum PipelineCommand {
     /// Run a pipeline: replay the data in storage, or watch it (--live).
     Run {
@@ -96,7 +95,7 @@ pub async fn run(command: PipelineCommand, session: &Arc<Session>, json: bool) -
                     value: p.clone(),
                     reason,
                 })?;
-                pipeline.config.data.poll_interval = Some(p);
+                pipeline = pipeline.poll_interval(p);
             }
             if let Some(a) = flight_addr {
                 pipeline = pipeline.flight_addr(a);
@@ -105,10 +104,7 @@ pub async fn run(command: PipelineCommand, session: &Arc<Session>, json: bool) -
                 pipeline = pipeline.max_triggers(n);
             }
             let pipeline = pipeline.on_completed(|t| {
-                let line = serde_json::to_string(t).unwrap_or_default();
-                let mut out = std::io::stdout().lock();
-                let _ = writeln!(out, "{line}");
-                let _ = out.flush();
+                print::line_now(&serde_json::to_string(t).unwrap_or_default());
             });
             let stop = StopHandle::new();
             let on_ctrl_c = {
@@ -129,75 +125,38 @@ pub async fn run(command: PipelineCommand, session: &Arc<Session>, json: bool) -
             result.map(|_| ())
         }
         PipelineCommand::Ls => {
-            let mut out = Vec::new();
-            for name in state::pipeline_names(&root)? {
-                let path = state::pipeline_dir(&root, &name).join(state::DB_FILE);
-                let (db, sql) = state::open(&name, &path)?;
-                let triggers = state::triggers(&db, &sql, None)?;
-                let finished = triggers.iter().filter(|t| t.status != "pending").count();
-                let samples = state::get_i64(&db, &sql, "next_key", 0)?;
-                out.push(format!(
-                    "{name}\ttriggers={finished}\tpending={}\tsamples={samples}",
-                    triggers.len() - finished
-                ));
-            }
-            print_lines(&out)
+            let out: Vec<String> = inspect::pipelines(&root)?
+                .into_iter()
+                .map(|p| {
+                    format!(
+                        "{}\ttriggers={}\tpending={}\tsamples={}",
+                        p.name, p.finished, p.pending, p.samples
+                    )
+                })
+                .collect();
+            print::lines(&out)
         }
         PipelineCommand::Show { name } => {
-            let (db, sql, yaml, _) = open_existing(&root, &name)?;
+            let stored = inspect::stored(&root, &name)?;
             let mut out = vec!["config:".to_string()];
-            out.extend(yaml.lines().map(|l| format!("  {l}")));
+            out.extend(stored.yaml.lines().map(|l| format!("  {l}")));
             out.push("triggers:".into());
-            for t in state::triggers(&db, &sql, None)? {
-                out.push(format!("  {}", shown(&t)));
+            for t in &stored.triggers {
+                out.push(format!("  {}", shown(t)));
             }
-            print_lines(&out)
+            print::lines(&out)
         }
         PipelineCommand::Keys {
             name,
             trigger,
             partition,
         } => {
-            let (db, sql, _, config) = open_existing(&root, &name)?;
-            let t = state::triggers(&db, &sql, None)?
-                .into_iter()
-                .find(|t| t.trigger_id == trigger)
-                .ok_or_else(|| Error::Pipeline {
-                    pipeline: name.clone(),
-                    reason: format!("no trigger {trigger}"),
-                    source: None,
-                })?;
-            if let Some(p) = partition
-                && p >= t.num_partitions
-            {
-                return Err(Error::Pipeline {
-                    pipeline: name.clone(),
-                    reason: format!(
-                        "trigger {trigger} has {} partition(s), no partition {p}",
-                        t.num_partitions
-                    ),
-                    source: None,
-                });
-            }
-            let mut strategy = build_strategy(&config.selection, None)?;
-            strategy.open(&db)?;
-            let with_file = matches!(config.data.format, Format::SingleSample(_));
-            let rows = set_rows(
-                &db,
-                &sql,
-                strategy.as_ref(),
-                trigger,
-                t.num_partitions,
-                with_file,
-            )?;
+            let rows = inspect::trigger_keys(&root, &name, trigger, partition)?;
             let mut out = Vec::new();
             if !json {
                 out.push("key,path,index,timestamp,label,weight".to_string());
             }
-            for r in rows
-                .iter()
-                .filter(|r| partition.is_none_or(|p| r.partition == p as u64))
-            {
+            for r in &rows {
                 out.push(if json {
                     serde_json::json!({
                         "key": r.key, "path": r.path, "index": r.index,
@@ -217,7 +176,7 @@ pub async fn run(command: PipelineCommand, session: &Arc<Session>, json: bool) -
                     )
                 });
             }
-            print_lines(&out)
+            print::lines(&out)
         }
     }
 }
@@ -232,33 +191,6 @@ fn shown(t: &TriggerRecord) -> String {
     .to_string()
 }
 
-/// The state db, stored YAML and config of an existing pipeline.
-fn open_existing(
-    root: &std::path::Path,
-    name: &str,
-) -> Result<(rusqlite::Connection, state::SqlErr, String, PipelineConfig)> {
-    let path = state::pipeline_dir(root, name).join(state::DB_FILE);
-    if !path.is_file() {
-        let known = state::pipeline_names(root)?;
-        let hint = crate::util::closest(name, known.iter().map(String::as_str))
-            .map(|c| format!(" (did you mean {c}?)"))
-            .unwrap_or_default();
-        return Err(Error::Pipeline {
-            pipeline: name.to_string(),
-            reason: format!("no such pipeline under {}{hint}", root.display()),
-            source: None,
-        });
-    }
-    let (db, sql) = state::open(name, &path)?;
-    let yaml = state::get_text(&db, &sql, "config")?.ok_or_else(|| Error::Pipeline {
-        pipeline: name.to_string(),
-        reason: "its state holds no config (it never ran)".into(),
-        source: None,
-    })?;
-    let config = PipelineConfig::from_yaml(&yaml, "the stored config")?;
-    Ok((db, sql, yaml, config))
-}
-
 fn csv_field(s: &str) -> String {
     if s.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", s.replace('"', "\"\""))
@@ -267,16 +199,8 @@ fn csv_field(s: &str) -> String {
     }
 }
 
-fn print_lines(lines: &[String]) -> Result<()> {
-    let mut out = std::io::stdout().lock();
-    for l in lines {
-        writeln!(out, "{l}").map_err(|e| Error::io("standard output", e))?;
-    }
-    out.flush().map_err(|e| Error::io("standard output", e))
-}
-
 /// Seconds since the epoch, or an RFC 3339 time.
-pub fn parse_time(text: &str) -> Result<i64> {
+fn parse_time(text: &str) -> Result<i64> {
     if let Ok(s) = text.trim().parse::<i64>() {
         return Ok(s);
     }

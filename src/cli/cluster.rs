@@ -1,18 +1,14 @@
-//! `udfchain cluster scheduler|executor`, and the session the CLI runs in
-//! (`--cluster df://HOST:PORT`, `--set cluster=...`, `SET cluster = '...'`).
-//! With `--cluster` (or `--set cluster=`), Ctrl-C during `run` or `query`
-//! cancels the running job on the cluster before the CLI exits.
+//! `udfchain cluster scheduler|executor`, and Ctrl-C for commands that may
+//! run on a cluster (`--cluster df://HOST:PORT`, `--set cluster=...`,
+//! `SET cluster = '...'`): during `run` or `query` it cancels the running job
+//! on the cluster before the CLI exits.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Subcommand;
-
-use super::{Executor, Scheduler};
-use crate::error::{Error, Result};
-use crate::session::Session;
-use crate::settings::Settings;
+use udfchain::cluster::{Executor, Scheduler, cancels_sent};
+use udfchain::{Error, Result, Settings};
 
 /// The cluster's processes.
 #[derive(Debug, Subcommand)]
@@ -72,20 +68,11 @@ pub async fn run(command: ClusterCommand, settings: &Settings) -> Result<()> {
     }
 }
 
-/// The session `settings` ask for: on the cluster of their `cluster`
-/// setting, else local.
-pub async fn session(settings: Settings) -> Result<Arc<Session>> {
-    match settings.get_cluster().map(str::to_string) {
-        Some(url) => Session::remote(&url, settings).await,
-        None => Ok(Session::with_settings(settings)),
-    }
-}
-
 /// Runs `work`; Ctrl-C drops it instead. A job it was running on a cluster
-/// (given by `settings` or by the script's `SET cluster`) is then cancelled
-/// (see [`super::job`]), after waiting up to 5 s for the cancel to reach the
-/// scheduler; either way the result is [`Error::Interrupted`], naming the
-/// cluster whose job was cancelled.
+/// (given by `settings` or by the script's `SET cluster`) is then cancelled,
+/// after waiting up to 5 s for the cancel to reach the scheduler; either way
+/// the result is [`Error::Interrupted`], naming the cluster whose job was
+/// cancelled.
 pub async fn interruptible<T>(
     settings: &Settings,
     work: impl Future<Output = Result<T>>,
@@ -96,7 +83,7 @@ pub async fn interruptible<T>(
         _ = tokio::signal::ctrl_c() => {}
     }
     drop(work);
-    let schedulers = super::job::cancels_sent(Duration::from_secs(5)).await;
+    let schedulers = cancels_sent(Duration::from_secs(5)).await;
     let cluster = settings
         .get_cluster()
         .map(str::to_string)
