@@ -3,6 +3,8 @@
     python driver.py all --workloads A,C [--quick]     # every peer, one JSON line per run
     python driver.py one PEER CONFIG WORKLOAD          # one run (a fresh interpreter each)
 
+`--peers udfchain-py,daft` (or UDFCHAIN_BENCH_PEERS) runs only those.
+
 The S3 server is the Rust harness's, on 127.0.0.1: UDFCHAIN_BENCH_ENDPOINT,
 UDFCHAIN_BENCH_BUCKET and AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY /
 AWS_REGION in the environment; objects under a/ (workload A) and c/ (C).
@@ -38,7 +40,7 @@ CONFIGS = {
     },
     "daft": {
         "defaults": {"A": {}, "C": {}},
-        "best": {"A": {}, "C": {"use_process": True, "max_concurrency": CORES}},
+        "best": {"A": {}, "C": {"use_process": True}},
     },
 }
 
@@ -126,12 +128,15 @@ def one(peer: str, config: str, workload: str) -> dict:
             import datachain  # noqa: F401
         else:
             import daft  # noqa: F401
-        import importlib.metadata as md
-
-        rec["version"] = md.version({"udfchain-py": "udfchain"}.get(peer, peer))
     except Exception as e:
         rec["error"] = f"cannot import {peer}: {type(e).__name__}: {e}"
         return rec
+    try:
+        import importlib.metadata as md
+
+        rec["version"] = md.version({"udfchain-py": "udfchain"}.get(peer, peer))
+    except Exception:
+        rec["version"] = None  # imported from a source tree (no package metadata)
     t0 = time.perf_counter()
     try:
         values = RUNNERS[peer](settings, workload)
@@ -197,7 +202,7 @@ def main():
     workloads = ["A", "C"]
     if "--workloads" in args:
         workloads = args[args.index("--workloads") + 1].split(",")
-    peers = list(RUNNERS)
+    peers = os.environ.get("UDFCHAIN_BENCH_PEERS", ",".join(RUNNERS)).split(",")
     if "--peers" in args:
         peers = args[args.index("--peers") + 1].split(",")
     child_env = dict(os.environ)
