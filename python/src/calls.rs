@@ -34,6 +34,11 @@ fn state() -> std::sync::MutexGuard<'static, State> {
 pub struct Abandon(Arc<AtomicBool>);
 
 impl Abandon {
+    /// Whether the future (or stream) that scheduled the call was dropped.
+    pub fn is_set(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+
     /// Marks the call unwanted when dropped: hold it in the scheduling future.
     pub fn guard(&self) -> AbandonOnDrop {
         AbandonOnDrop(self.clone())
@@ -77,7 +82,7 @@ pub fn enter(abandon: &Abandon) -> Result<Running, Refused> {
     if s.closed {
         return Err(Refused::Exiting);
     }
-    if abandon.0.load(Ordering::Acquire) {
+    if abandon.is_set() {
         return Err(Refused::Abandoned);
     }
     s.running += 1;

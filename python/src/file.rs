@@ -6,6 +6,8 @@
 //! Guarantees: every read releases the GIL while it waits (downloads never hold
 //! it); a `FileAccess` serves reads only during its call: afterwards (the row
 //! is done and its prefetched copy may be deleted) every method raises.
+//! `cancelled()` says whether the query dropped the call (Ctrl-C, a dropped
+//! stream), so a call waiting on a worker process can stop it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,6 +19,7 @@ use pyo3::types::PyBytes;
 use tokio::runtime::Handle;
 use udfchain::udfs::{File, FileSource, UdfError};
 
+use crate::calls::Abandon;
 use crate::error::to_py;
 
 /// The `File` fields in the order Python passes them.
@@ -47,15 +50,18 @@ pub struct FileAccess {
     source: Arc<dyn FileSource>,
     handle: Handle,
     open: AtomicBool,
+    abandon: Abandon,
 }
 
 impl FileAccess {
-    /// Reads through `source`, waiting on `handle` (the UDF pool).
-    pub fn new(source: Arc<dyn FileSource>, handle: Handle) -> Self {
+    /// Reads through `source`, waiting on `handle` (the UDF pool), for a call
+    /// whose query dropped it once `abandon` is set.
+    pub fn new(source: Arc<dyn FileSource>, handle: Handle, abandon: Abandon) -> Self {
         Self {
             source,
             handle,
             open: AtomicBool::new(true),
+            abandon,
         }
     }
 
@@ -112,6 +118,11 @@ impl FileAccess {
         Ok(py
             .detach(|| self.source.local_path(&f))
             .map(|p| p.display().to_string()))
+    }
+
+    /// Whether the query that made this call dropped it (its result is unwanted).
+    fn cancelled(&self) -> bool {
+        self.abandon.is_set()
     }
 
     /// Whether the engine holds a complete copy in memory (read() costs no I/O).

@@ -122,10 +122,10 @@ impl PyUdf {
 
     /// One call: `input` to the invoker on a blocking thread holding the GIL.
     async fn call(&self, input: RecordBatch, rows: Option<usize>) -> Result<ArrayRef, CallError> {
-        let files = FileAccess::new(current_source()?, Handle::current());
+        let abandon = Abandon::default();
+        let files = FileAccess::new(current_source()?, Handle::current(), abandon.clone());
         let ipc = ipc_of(&input)?;
         let invoke = Arc::clone(&self.invoke);
-        let abandon = Abandon::default();
         let _unwanted_when_dropped = abandon.guard();
         let out = tokio::task::spawn_blocking(move || {
             let _running = calls::enter(&abandon).map_err(CallError::whole)?;
@@ -195,7 +195,8 @@ impl Generator for PyUdf {
 
     /// The Python generator runs on a blocking thread and sends each chunk of
     /// at most `max_rows` values through a channel of two; dropping the stream
-    /// closes the channel, which stops the generator at its next chunk.
+    /// closes the channel, which stops the generator at its next chunk, and
+    /// marks the call cancelled (`FileAccess.cancelled()`).
     fn generate(
         &self,
         input: RecordBatch,
@@ -209,14 +210,17 @@ impl Generator for PyUdf {
             Ok(b) => b,
             Err(e) => return stream::once(async move { Err(e) }).boxed(),
         };
-        let files = FileAccess::new(source, Handle::current());
+        // Set when the stream is dropped (its guard lives in the stream's state).
+        let abandon = Abandon::default();
+        let files = FileAccess::new(source, Handle::current(), abandon.clone());
+        let unwanted_when_dropped = abandon.guard();
         let (tx, rx) = mpsc::channel::<Result<Vec<u8>, CallError>>(2);
         let invoke = Arc::clone(&self.invoke);
         let thread = tokio::task::spawn_blocking(move || {
             if tx.is_closed() {
                 return; // the stream was dropped before the call started
             }
-            let _running = match calls::enter(&Abandon::default()) {
+            let _running = match calls::enter(&abandon) {
                 Ok(r) => r,
                 Err(e) => return drop(tx.blocking_send(Err(CallError::whole(e)))),
             };
@@ -251,11 +255,11 @@ impl Generator for PyUdf {
             invoke: Arc::clone(&self.invoke),
         };
         stream::unfold(
-            (rx, Some(thread), this),
-            |(mut rx, thread, this)| async move {
+            (rx, Some(thread), this, unwanted_when_dropped),
+            |(mut rx, thread, this, guard)| async move {
                 match rx.recv().await {
-                    Some(Ok(bytes)) => Some((this.output(&bytes, None), (rx, thread, this))),
-                    Some(Err(e)) => Some((Err(e), (rx, thread, this))),
+                    Some(Ok(bytes)) => Some((this.output(&bytes, None), (rx, thread, this, guard))),
+                    Some(Err(e)) => Some((Err(e), (rx, thread, this, guard))),
                     None => {
                         // The thread ended: a panic there is this call's error.
                         let joined = match thread {
@@ -268,7 +272,7 @@ impl Generator for PyUdf {
                                 Err(CallError::whole(UdfError::Contract(format!(
                                     "Python generator failed: {e}"
                                 )))),
-                                (rx, None, this),
+                                (rx, None, this, guard),
                             )),
                         }
                     }

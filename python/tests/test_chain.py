@@ -45,6 +45,17 @@ def test_runs_to_arrow():
     assert "num" in c.explain()
 
 
+def test_to_pandas_with_pandas_installed(files):
+    pd = pytest.importorskip("pandas", reason="pandas is not installed (python/test.sh installs it)")
+    df = nums().order_by("num").to_pandas()
+    assert isinstance(df, pd.DataFrame)
+    assert df["num"].tolist() == [1, 2, 3, 4, 5] and df["name"].tolist() == list("abcde")
+    d, data = files
+    frame = uc.read_storage(str(d)).order_by("file.path").to_pandas()
+    assert [f["path"] for f in frame["file"]] == sorted(data)
+    assert [f["size"] for f in frame["file"]] == [len(data[k]) for k in sorted(data)]
+
+
 def test_show(capsys):
     nums().order_by("num").show(2)
     out = capsys.readouterr().out

@@ -1,6 +1,8 @@
 """The training loader from Python: exactly-once epochs across workers,
 shuffles per (seed, epoch), bytes of File columns, transform."""
 
+import pytest
+
 import udfchain as uc
 from conftest import sha
 
@@ -34,3 +36,17 @@ def test_dataset_with_bytes_and_transform(files):
         assert len(batch["path"]) <= 5
         got.update(zip(batch["path"], batch["h"]))
     assert got == {k: sha(v) for k, v in data.items()}
+
+
+def test_loader_is_a_torch_iterable_dataset_in_a_dataloader():
+    torch = pytest.importorskip(
+        "torch", reason="torch is not installed (its PyPI wheel and CUDA dependencies are several GB)"
+    )
+    uc.read_values(id=list(range(50))).save("ids")  # by name: DataLoader workers unpickle it
+    loader = uc.Loader("ids", batch_size=4, partition_rows=10, shuffle=3)
+    assert isinstance(loader, torch.utils.data.IterableDataset)
+    for epoch in (0, 1):
+        loader.set_epoch(epoch)
+        dl = torch.utils.data.DataLoader(loader, batch_size=None, num_workers=2, multiprocessing_context="spawn")
+        seen = [int(i) for b in dl for i in b["id"]]
+        assert sorted(seen) == list(range(50))  # every row once across the two workers

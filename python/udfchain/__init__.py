@@ -24,7 +24,9 @@ from ._chain import Chain, expr
 from ._file import File
 from ._internal import UdfchainError
 from ._loader import Loader
-from ._udf import invoker, output_type, schema_ipc
+from ._chain import udf_invoker, processes_of
+from ._udf import output_type, schema_ipc
+from ._workers import shutdown_workers, worker_pids
 
 __all__ = [
     "C",
@@ -42,6 +44,8 @@ __all__ = [
     "read_values",
     "register",
     "run",
+    "shutdown_workers",
+    "worker_pids",
 ]
 
 # Before the interpreter finalizes: no engine thread may run Python after it.
@@ -124,7 +128,8 @@ def run(script: str) -> list:
     ]
 
 
-def register(name: str, fn, output=None) -> None:
-    """Makes `name(column)` call `fn` per row in `query` and `run`, with prefetch in front."""
+def register(name: str, fn, output=None, processes=None) -> None:
+    """Makes `name(column)` call `fn` per row in `query` and `run`, with prefetch
+    in front; `processes=N` runs it in N worker processes (see Chain.settings)."""
     t = output_type(fn, output, "map")
-    _internal.register(name, schema_ipc(name, t), invoker(fn, "map", t))
+    _internal.register(name, schema_ipc(name, t), udf_invoker(fn, "map", t, processes_of(processes)))

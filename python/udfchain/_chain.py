@@ -2,23 +2,43 @@
 
 Guarantees: every verb returns a new Chain (chains are immutable and cheap);
 nothing runs until `collect`, `count`, `show`, `save`, `to_pyarrow`, ... ; a
-UDF captures the settings given before it, as in Rust. Runs release the GIL
+UDF captures the settings given before it, as in Rust, and `processes` (the
+one setting of Python's own, see `_workers`) likewise. Runs release the GIL
 and stop at Ctrl-C.
 """
 
 from __future__ import annotations
+
+import os
 
 import pyarrow as pa
 
 from . import _internal
 from ._file import files_of, is_file_type
 from ._udf import invoker, output_type, params_of, schema_ipc
+from ._workers import remote
 
 
 def _text(v) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     return str(v)
+
+
+def processes_of(v) -> int | None:
+    """`processes=`: a count, True (one per core), or None/False/0 (in-process)."""
+    if v is None or v is False or v == 0:
+        return None
+    if v is True:
+        return os.cpu_count() or 1
+    if isinstance(v, int) and 1 <= v <= 4096:
+        return v
+    raise ValueError(f"processes must be a whole number from 1 to 4096, True or False, got {v!r}")
+
+
+def udf_invoker(fn, kind: str, t: pa.DataType, processes: int | None):
+    """The invoker the engine calls: in this process, or in `processes` workers."""
+    return invoker(fn, kind, t) if processes is None else remote(fn, kind, t, processes)
 
 
 def setting_pairs(kw: dict) -> list[tuple[str, str]]:
@@ -64,10 +84,14 @@ def _rows(table: pa.Table, cols: tuple):
 class Chain:
     """A lazy chain of steps and UDFs over a source (see `udfchain.read_storage`)."""
 
-    __slots__ = ("_c",)
+    __slots__ = ("_c", "_processes")
 
-    def __init__(self, inner):
+    def __init__(self, inner, processes: int | None = None):
         self._c = inner
+        self._processes = processes
+
+    def _next(self, inner) -> Chain:
+        return Chain(inner, self._processes)
 
     # settings and relational steps
 
@@ -75,52 +99,59 @@ class Chain:
         """Settings for the UDFs added after this call: prefetch (int or "auto"),
         cache, cache_limit, parallel, workers, batch_size, ordered,
         max_connections, on_error ("fail", "skip", "null"), root, memory_limit,
-        memory_file_limit, progress, cluster, storage={option: value}."""
-        return Chain(self._c.settings(setting_pairs(kw)))
+        memory_file_limit, progress, cluster, storage={option: value}; and
+        processes=N (or True: one per core) to run Python UDFs in N worker
+        processes (pure-Python CPU work on N cores; parallel defaults to N)."""
+        processes = self._processes
+        if "processes" in kw:
+            processes = processes_of(kw.pop("processes"))
+            if processes is not None and "parallel" not in kw:
+                kw["parallel"] = processes
+        return Chain(self._c.settings(setting_pairs(kw)), processes)
 
     def filter(self, *conditions) -> Chain:
         c = self._c
         for cond in conditions:
             c = c.filter(expr(cond))
-        return Chain(c)
+        return self._next(c)
 
     def select(self, *cols, **named) -> Chain:
         exprs = [expr(c) for c in cols] + [expr(e).alias(n) for n, e in named.items()]
-        return Chain(self._c.select(exprs))
+        return self._next(self._c.select(exprs))
 
     def mutate(self, **columns) -> Chain:
         c = self._c
         for name, e in columns.items():
             c = c.mutate(name, expr(e))
-        return Chain(c)
+        return self._next(c)
 
     def order_by(self, *cols, descending: bool = False) -> Chain:
         exprs = [expr(c) for c in cols]
         if descending:
             exprs = [e.desc() for e in exprs]
-        return Chain(self._c.order_by(exprs))
+        return self._next(self._c.order_by(exprs))
 
     def limit(self, n: int) -> Chain:
-        return Chain(self._c.limit(n))
+        return self._next(self._c.limit(n))
 
     def offset(self, n: int) -> Chain:
-        return Chain(self._c.offset(n))
+        return self._next(self._c.offset(n))
 
     def distinct(self) -> Chain:
-        return Chain(self._c.distinct())
+        return self._next(self._c.distinct())
 
     def union(self, other: Chain) -> Chain:
-        return Chain(self._c.union(other._c))
+        return self._next(self._c.union(other._c))
 
     def join(self, right: Chain, on, right_on=None, how: str = "inner") -> Chain:
         on = [on] if isinstance(on, str) else list(on)
         right_on = on if right_on is None else ([right_on] if isinstance(right_on, str) else list(right_on))
-        return Chain(self._c.join(right._c, how, on, right_on))
+        return self._next(self._c.join(right._c, how, on, right_on))
 
     def group_by(self, partition_by=(), **aggs) -> Chain:
         """`group_by(partition_by="label", n=func.count(), total=func.sum("file.size"))`."""
         keys = [partition_by] if isinstance(partition_by, str) else list(partition_by)
-        return Chain(self._c.group_by([expr(k) for k in keys], [expr(a).alias(n) for n, a in aggs.items()]))
+        return self._next(self._c.group_by([expr(k) for k in keys], [expr(a).alias(n) for n, a in aggs.items()]))
 
     # UDFs
 
@@ -132,13 +163,13 @@ class Chain:
         name = getattr(fn, "__name__", out_name)
         if name == "<lambda>":
             name = out_name
-        return Chain(
+        return self._next(
             self._c.udf(
                 kind,
                 name,
                 params_of(fn, params),
                 schema_ipc(out_name, t),
-                invoker(fn, kind, t),
+                udf_invoker(fn, kind, t, self._processes),
                 list(partition_by),
             )
         )
@@ -190,7 +221,7 @@ class Chain:
     def save(self, name: str) -> Chain:
         """Saves the rows as the next version of dataset `name`; the chain over it."""
         ds, version, _rows_written = self._c.save(name)
-        return Chain(_internal.read_dataset(ds, version))
+        return self._next(_internal.read_dataset(ds, version))
 
     def to_pytorch(self, **kw):
         """This chain as a training loader (`udfchain.Loader`): a torch

@@ -116,15 +116,19 @@ class ConvertError(Exception):
 
 
 def to_array(values: list, t: pa.DataType) -> pa.Array:
-    """`values` as an array of type `t`, or ConvertError at the first bad row."""
-    values = [plain(v) for v in values]
+    """`values` as an array of type `t`, or ConvertError at the first bad row.
+    Values of a flat type go to pyarrow as they are (no per-value Python work);
+    those of a nested type through `plain` first."""
+    nested = pa.types.is_nested(t)
+    if nested:
+        values = [plain(v) for v in values]
     try:
         return pa.array(values, type=t)
     except (pa.ArrowException, TypeError, ValueError, OverflowError):
         pass
     for row, v in enumerate(values):
         try:
-            pa.array([v], type=t)
+            pa.array([v if nested else plain(v)], type=t)
         except (pa.ArrowException, TypeError, ValueError, OverflowError) as e:
             raise ConvertError(row, f"returned {type(v).__name__} {v!r:.80}, which is not {t}: {e}") from None
     raise ConvertError(0, f"returned values that are not {t}")

@@ -48,13 +48,21 @@ def _columns(ipc: bytes, access) -> list[list]:
     return out
 
 
-def _encode(values: list, t: pa.DataType) -> bytes:
-    array = to_array(values, t)
-    batch = pa.RecordBatch.from_arrays([array], names=["value"])
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, batch.schema) as w:
-        w.write_batch(batch)
-    return sink.getvalue().to_pybytes()
+class _Encoder:
+    """Output values of one type as an IPC stream: the schema message made
+    once, then per call one record batch message and the end marker."""
+
+    _EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+
+    def __init__(self, t: pa.DataType):
+        self.t = t
+        self.schema = pa.schema([pa.field("value", t)])
+        self.head = self.schema.serialize().to_pybytes()
+
+    def __call__(self, values: list) -> bytes:
+        array = to_array(values, self.t)
+        batch = pa.RecordBatch.from_arrays([array], schema=self.schema)
+        return b"".join((self.head, batch.serialize().to_pybytes(), self._EOS))
 
 
 def schema_ipc(name: str, t: pa.DataType) -> bytes:
@@ -104,18 +112,21 @@ def output_type(fn, output, kind: str) -> pa.DataType:
 def invoker(fn, kind: str, t: pa.DataType):
     """The invoker of `fn` as a UDF of `kind` with values of type `t`."""
     name = _name(fn)
+    encode = _Encoder(t)
 
     def call_map(ipc, access):
         cols = _columns(ipc, access)
-        n = len(cols[0]) if cols else 0
-        out = []
-        for i in range(n):
-            try:
-                out.append(fn(*[c[i] for c in cols]))
-            except Exception as e:
-                raise _failure(name, i, e) from None
+        # One map() over the columns: no per-row Python work but the call. On
+        # an exception, the first column's iterator says which row raised.
+        first = iter(cols[0])
         try:
-            return _encode(out, t)
+            out = list(map(fn, first, *cols[1:]))
+        except Exception as e:
+            raise _failure(name, len(cols[0]) - 1 - first.__length_hint__(), e) from None
+        if len(out) != len(cols[0]):  # a StopIteration out of fn ends map() early
+            raise _failure(name, len(out), RuntimeError(f"{name} raised StopIteration"))
+        try:
+            return encode(out)
         except ConvertError as e:
             raise _failure(name, None, e) from None
 
@@ -123,7 +134,7 @@ def invoker(fn, kind: str, t: pa.DataType):
         cols = _columns(ipc, access)
         try:
             out = list(fn(*cols))
-            return _encode(out, t)
+            return encode(out)
         except Exception as e:
             raise _failure(name, None, e) from None
 
@@ -134,10 +145,10 @@ def invoker(fn, kind: str, t: pa.DataType):
             for v in fn(*[c[0] for c in cols]):
                 chunk.append(v)
                 if len(chunk) >= max_rows:
-                    yield _encode(chunk, t)
+                    yield encode(chunk)
                     chunk = []
             if chunk:
-                yield _encode(chunk, t)
+                yield encode(chunk)
         except Exception as e:
             raise _failure(name, 0, e) from None
 

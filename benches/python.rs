@@ -1,0 +1,275 @@
+//! The Python benchmark: udfchain from Python next to DataChain, Daft and
+//! udfchain's Rust API, on the same files of one S3 server on 127.0.0.1 (the
+//! tests' s3s-fs server, 20 ms added per request), in one run:
+//!
+//! ```sh
+//! cargo bench --bench python                 # A: 2,000 x 64 KiB, C: 200 files
+//! cargo bench --bench python -- --quick      # A: 400, C: 40
+//! UDFCHAIN_BENCH_PYTHON=~/venv/bin/python cargo bench --bench python
+//! ```
+//!
+//! Workloads: A hashes every byte of 64 KiB objects (the Python UDF with
+//! hashlib, the Rust one with sha2); C runs a pure-Python CPU loop of about
+//! 20 ms per 4 KiB file (calibrated by the driver). This program starts the
+//! server, writes the objects, runs the Rust API on A (defaults; prefetch 64),
+//! then `benches/python/driver.py` with the venv's interpreter
+//! (`$UDFCHAIN_BENCH_PYTHON`, else `~/.cache/udfchain-bench-venv/bin/python`)
+//! for the Python peers, each run in a fresh interpreter. A peer that is not
+//! installed or fails is a record with its error. Nothing is asserted: it
+//! reports ratios measured in this run (udfchain-py / DataChain at defaults,
+//! udfchain-py / Rust API, C against cores / t_udf) on stdout and in
+//! `<target>/bench/python.json`.
+
+#[path = "../tests/integration/support.rs"]
+#[allow(dead_code)]
+mod support;
+
+use std::io::BufRead;
+use std::path::{Path as FsPath, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use udfchain::udfs::UdfError;
+use udfchain::{File, Settings};
+
+use support::{ACCESS_KEY, BUCKET, Latency, S3Server, SECRET_KEY};
+
+const LATENCY: Duration = Duration::from_millis(20);
+const A_SIZE: usize = 64 * 1024;
+const C_SIZE: usize = 4 * 1024;
+
+fn object_bytes(i: usize, size: usize) -> Vec<u8> {
+    (0..size).map(|j| ((i * 131 + j * 7) % 251) as u8).collect()
+}
+
+fn write_objects(bucket_dir: &FsPath, prefix: &str, files: usize, size: usize) {
+    let dir = bucket_dir.join(prefix);
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    for i in 0..files {
+        std::fs::write(dir.join(format!("f{i:05}.bin")), object_bytes(i, size)).expect("write");
+    }
+}
+
+/// The Rust API on workload A under `settings`: one record.
+async fn rust_a(server: &S3Server, config: &str, settings: Settings, files: usize) -> Value {
+    let t0 = Instant::now();
+    let chain = server
+        .session()
+        .from_storage(&format!("s3://{BUCKET}/a/"))
+        .settings(settings)
+        .map("out", |f: File| async move {
+            let bytes = f.read().await?;
+            Ok::<String, UdfError>(format!("{:x}", Sha256::digest(&bytes)))
+        });
+    match chain.collect().await {
+        Ok(batches) => {
+            let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+            let seconds = t0.elapsed().as_secs_f64();
+            json!({"peer": "udfchain-rust", "config": config, "workload": "A", "files": rows,
+                   "seconds": seconds, "files_per_s": rows as f64 / seconds, "expected_files": files})
+        }
+        Err(e) => {
+            json!({"peer": "udfchain-rust", "config": config, "workload": "A", "error": e.to_string()})
+        }
+    }
+}
+
+fn python() -> PathBuf {
+    std::env::var_os("UDFCHAIN_BENCH_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let home = std::env::var_os("HOME")
+                .map(PathBuf::from)
+                .unwrap_or_default();
+            home.join(".cache/udfchain-bench-venv/bin/python")
+        })
+}
+
+/// The driver's JSON lines (each echoed to stderr as it arrives), or one
+/// record saying why there are none.
+fn python_peers(server: &S3Server, quick: bool, scratch: &FsPath) -> Vec<Value> {
+    let driver = FsPath::new(env!("CARGO_MANIFEST_DIR")).join("benches/python/driver.py");
+    let py = python();
+    let mut cmd = Command::new(&py);
+    cmd.arg(&driver).arg("all").args(["--workloads", "A,C"]);
+    if quick {
+        cmd.arg("--quick");
+    }
+    cmd.env("UDFCHAIN_BENCH_ENDPOINT", &server.endpoint)
+        .env("UDFCHAIN_BENCH_BUCKET", BUCKET)
+        .env("UDFCHAIN_BENCH_C_SIZE", C_SIZE.to_string())
+        .env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+        .env("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_DEFAULT_REGION", "us-east-1")
+        .env("AWS_METADATA_ENDPOINT", "http://127.0.0.1:1")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env("UDFCHAIN_ROOT", scratch.join("udfchain"))
+        .env("DATACHAIN_ROOT_DIR", scratch.join("datachain"))
+        .env("DO_NOT_TRACK", "1")
+        .env("DAFT_ANALYTICS_ENABLED", "0")
+        .current_dir(scratch)
+        .stdout(Stdio::piped());
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            return vec![
+                json!({"peer": "python", "error": format!("cannot run {}: {e} (set UDFCHAIN_BENCH_PYTHON to a venv with udfchain, datachain and daft)", py.display())}),
+            ];
+        }
+    };
+    let mut out = Vec::new();
+    if let Some(stdout) = child.stdout.take() {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            eprintln!("  {line}");
+            match serde_json::from_str::<Value>(&line) {
+                Ok(v) => out.push(v),
+                Err(_) => out.push(json!({"peer": "python", "error": format!("not JSON: {line}")})),
+            }
+        }
+    }
+    match child.wait() {
+        Ok(s) if s.success() => {}
+        Ok(s) => out.push(json!({"peer": "python", "error": format!("driver exited with {s}")})),
+        Err(e) => out.push(json!({"peer": "python", "error": e.to_string()})),
+    }
+    out
+}
+
+fn rate(records: &[Value], peer: &str, config: &str, workload: &str) -> Option<f64> {
+    records
+        .iter()
+        .find(|r| r["peer"] == peer && r["config"] == config && r["workload"] == workload)
+        .and_then(|r| r["files_per_s"].as_f64())
+}
+
+fn ratios(records: &[Value]) -> Value {
+    let div = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| a / b);
+    let cal = records.iter().find(|r| r["calibration"] == true);
+    let cores = cal.and_then(|c| c["cores"].as_f64());
+    let t_udf = cal.and_then(|c| c["t_udf_seconds"].as_f64());
+    let bound_c = cores.zip(t_udf).map(|(n, t)| n / t);
+    let trivial = records
+        .iter()
+        .find(|r| r["workload"] == "T")
+        .and_then(|r| r["us_per_row_over_rust"].as_f64());
+    json!({
+        "A_udfchain_py_defaults_over_datachain_defaults":
+            div(rate(records, "udfchain-py", "defaults", "A"), rate(records, "datachain", "defaults", "A")),
+        "A_udfchain_py_best_over_datachain_best":
+            div(rate(records, "udfchain-py", "best", "A"), rate(records, "datachain", "best", "A")),
+        "A_udfchain_py_defaults_over_daft_defaults":
+            div(rate(records, "udfchain-py", "defaults", "A"), rate(records, "daft", "defaults", "A")),
+        "A_udfchain_py_defaults_over_rust_defaults":
+            div(rate(records, "udfchain-py", "defaults", "A"), rate(records, "udfchain-rust", "defaults", "A")),
+        "A_udfchain_py_best_over_rust_best":
+            div(rate(records, "udfchain-py", "best", "A"), rate(records, "udfchain-rust", "best", "A")),
+        "C_bound_files_per_s (cores / t_udf)": bound_c,
+        "C_udfchain_py_best_over_bound": div(rate(records, "udfchain-py", "best", "C"), bound_c),
+        "C_udfchain_py_defaults_over_bound": div(rate(records, "udfchain-py", "defaults", "C"), bound_c),
+        "C_datachain_best_over_bound": div(rate(records, "datachain", "best", "C"), bound_c),
+        "C_daft_best_over_bound": div(rate(records, "daft", "best", "C"), bound_c),
+        "trivial_map_us_per_row_over_rust": trivial,
+    })
+}
+
+fn table(records: &[Value]) -> String {
+    let mut s = format!(
+        "{:<14} {:<9} {:<3} {:>6} {:>9} {:>9}  {}\n",
+        "peer", "config", "wl", "files", "seconds", "files/s", "settings / error"
+    );
+    for r in records
+        .iter()
+        .filter(|r| r["files_per_s"].is_number() || r["error"].is_string())
+    {
+        let f = |k: &str| r[k].as_f64().map_or("-".into(), |v| format!("{v:.2}"));
+        let note = r["error"]
+            .as_str()
+            .map(|e| format!("error: {}", e.chars().take(120).collect::<String>()))
+            .unwrap_or_else(|| r["settings"].to_string());
+        s += &format!(
+            "{:<14} {:<9} {:<3} {:>6} {:>9} {:>9}  {}\n",
+            r["peer"].as_str().unwrap_or("?"),
+            r["config"].as_str().unwrap_or("-"),
+            r["workload"].as_str().unwrap_or("-"),
+            r["files"].as_u64().map_or("-".into(), |v| v.to_string()),
+            f("seconds"),
+            f("files_per_s"),
+            note
+        );
+    }
+    s
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let (a_files, c_files) = if quick { (400, 40) } else { (2000, 200) };
+    let server = S3Server::start_with_latency(Latency::Constant(LATENCY), None);
+    write_objects(&server.bucket_dir(), "a", a_files, A_SIZE);
+    write_objects(&server.bucket_dir(), "c", c_files, C_SIZE);
+    let scratch = tempfile::tempdir().expect("scratch dir");
+    eprintln!(
+        "python bench ({}): A {a_files} x 64 KiB, C {c_files} x 4 KiB, {} ms per request, server {}",
+        if quick { "quick" } else { "full" },
+        LATENCY.as_millis(),
+        server.endpoint
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let root = scratch.path().join("rust");
+    let mut records = rt.block_on(async {
+        let defaults = Settings::new().root(&root);
+        let best = Settings::new()
+            .root(&root)
+            .set("prefetch", "64")
+            .expect("prefetch");
+        vec![
+            rust_a(&server, "defaults", defaults, a_files).await,
+            rust_a(&server, "best", best, a_files).await,
+        ]
+    });
+    for r in &records {
+        eprintln!("  {r}");
+    }
+    records.extend(python_peers(&server, quick, scratch.path()));
+    let ratios = ratios(&records);
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| FsPath::new(env!("CARGO_MANIFEST_DIR")).join("target"));
+    let dir = target.join("bench");
+    let record = json!({
+        "bench": "python",
+        "quick": quick,
+        "cores": udfchain::session::cores(),
+        "latency_ms": LATENCY.as_millis() as u64,
+        "a_files": a_files, "a_size": A_SIZE, "c_files": c_files, "c_size": C_SIZE,
+        "gets": server.object_gets(),
+        "runs": records,
+        "ratios": ratios,
+    });
+    let _ = std::fs::create_dir_all(&dir);
+    let path = dir.join("python.json");
+    match std::fs::write(
+        &path,
+        serde_json::to_string_pretty(&record).unwrap_or_default(),
+    ) {
+        Ok(()) => eprintln!("wrote {}", path.display()),
+        Err(e) => eprintln!("cannot write {}: {e}", path.display()),
+    }
+    print!("{}", table(&records));
+    println!("ratios (measured in this run):");
+    if let Some(m) = ratios.as_object() {
+        for (k, v) in m {
+            let v = v.as_f64().map_or("-".into(), |x| format!("{x:.3}"));
+            println!("  {k:<55} {v}");
+        }
+    }
+}

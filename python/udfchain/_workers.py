@@ -1,0 +1,383 @@
+"""Worker processes for pure-Python CPU-bound UDFs: `settings(processes=N)`.
+
+With the GIL, calls of one interpreter take turns; N worker processes give N
+interpreters. The engine side is unchanged: the Rust `PyUdf` calls the
+invoker `remote()` returns as it calls an in-process one (on its UDF pool,
+`parallel` calls at once, prefetch in front), and that invoker sends the
+call's Arrow IPC input to an idle worker over a pipe and returns the
+worker's output. Guarantees:
+
+- Workers are started with multiprocessing's `spawn` (a fresh interpreter,
+  never `fork`: the engine's threads do not survive it), on first use, and
+  reused by later calls and runs; a UDF has at most N calls in workers at once.
+- A worker runs the same invokers (`_udf.invoker`) on the function it
+  unpickles (by reference: its module is imported there), so exceptions
+  keep their traceback and `on_error` applies as in-process.
+- A worker's `File` objects reach the parent's `FileAccess` of the call
+  through the pipe; `read()` and `open()` use the prefetched (or cached)
+  local path directly when there is one, so bytes cross only without one.
+- A worker that dies (a crash, `os._exit`, a signal) fails its call with its
+  exit status, never a hang; it is replaced at the next call. A call whose
+  query was dropped (Ctrl-C, a dropped stream) kills its worker within
+  `POLL` seconds; workers ignore SIGINT themselves (the parent decides),
+  leave when their parent process is gone, and are stopped at exit.
+- A function that cannot be imported by module in a new process (a lambda,
+  a nested function, one defined in a REPL or `python -c`) is refused when
+  the UDF is added, with a TypeError saying why.
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import multiprocessing
+import os
+import pickle
+import signal
+import sys
+import threading
+import time
+import traceback
+from contextlib import contextmanager
+
+from ._udf import UdfFailure, invoker
+
+# How often a call waiting on a worker checks whether its query dropped it.
+POLL = 0.1
+
+_SPAWN = multiprocessing.get_context("spawn")
+_KEYS = itertools.count()
+
+
+def _name(fn) -> str:
+    return getattr(fn, "__name__", None) or type(fn).__name__
+
+
+def spec_of(fn, kind: str, t) -> bytes:
+    """What a worker needs to run `fn`, pickled; a TypeError when it cannot."""
+    where = f"UDF {_name(fn)} cannot run in worker processes (processes=)"
+    module = getattr(fn, "__module__", None)
+    main = sys.modules.get("__main__")
+    if module == "__main__" and getattr(main, "__file__", None) is None:
+        raise TypeError(
+            f"{where}: it is defined in an interactive session or `python -c`, which a new "
+            "process cannot import; define it in a module or a script file, or run it "
+            "in-process (no processes=)"
+        )
+    try:
+        return pickle.dumps((fn, kind, t))
+    except Exception as e:
+        raise TypeError(
+            f"{where}: a worker imports it by module and name, and {e}; define it at the "
+            "top level of a module (not a lambda or a nested function), or run it "
+            "in-process (no processes=)"
+        ) from None
+
+
+# ---------------------------------------------------------------------------
+# The parent's side
+
+
+class _Worker:
+    """One spawned worker process and the parent's end of its pipe."""
+
+    def __init__(self):
+        parent, child = _SPAWN.Pipe()
+        self.process = _SPAWN.Process(
+            target=_serve, args=(child, os.getpid()), name="udfchain-worker", daemon=True
+        )
+        self.process.start()
+        child.close()  # the worker's death then reads as EOF here
+        self.conn = parent
+        self.loaded: set[int] = set()  # the UDFs (keys) it has unpickled
+
+    def died(self, name: str) -> UdfFailure:
+        self.process.join(1)
+        code = self.process.exitcode
+        if code is None:
+            status = "closed its pipe"
+        elif code < 0:
+            try:
+                status = f"was killed by signal {signal.Signals(-code).name}"
+            except ValueError:
+                status = f"was killed by signal {-code}"
+        else:
+            status = f"exited with code {code}"
+        self.kill()
+        return UdfFailure(
+            None,
+            f"{name}: its worker process (pid {self.process.pid}) {status} during the call "
+            "(processes=); the worker's stderr may say why",
+        )
+
+    def kill(self):
+        self.conn.close()
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join(5)
+
+    def stop(self):
+        """Asks the worker to leave (EOF on its pipe); kills it if it does not."""
+        self.conn.close()
+        self.process.join(2)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(5)
+
+
+class _Pool:
+    """Idle workers shared by every UDF of the process, started on demand."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._idle: list[_Worker] = []
+        self._all: set[_Worker] = set()
+        self._closed = False
+        self._registered = False
+
+    def take(self) -> _Worker:
+        with self._lock:
+            if self._closed:
+                raise UdfFailure(None, "the Python interpreter is exiting: no worker process")
+            while self._idle:
+                w = self._idle.pop()
+                if w.process.is_alive():
+                    return w
+                self._all.discard(w)
+            if not self._registered:
+                # Registered after udfchain's own exit hook, so it runs first.
+                atexit.register(self.shutdown)
+                self._registered = True
+        w = _Worker()
+        with self._lock:
+            self._all.add(w)
+        return w
+
+    def give(self, w: _Worker):
+        with self._lock:
+            if not self._closed and w.process.is_alive():
+                self._idle.append(w)
+                return
+            self._all.discard(w)
+        w.stop()
+
+    def drop(self, w: _Worker):
+        with self._lock:
+            self._all.discard(w)
+        w.kill()
+
+    def shutdown(self, closing: bool = True):
+        """Stops every worker; with `closing`, for good (the interpreter exits)."""
+        with self._lock:
+            self._closed = closing
+            workers = list(self._all)
+            self._all.clear()
+            self._idle.clear()
+        for w in workers:
+            w.stop()
+
+    def pids(self) -> list[int]:
+        with self._lock:
+            return sorted(w.process.pid for w in self._all)
+
+
+POOL = _Pool()
+
+
+def worker_pids() -> list[int]:
+    """The process ids of the running workers (started by `processes=`)."""
+    return POOL.pids()
+
+
+def shutdown_workers() -> None:
+    """Stops the worker processes now (they are stopped at exit anyway); the
+    next call that needs one starts it again."""
+    POOL.shutdown(closing=False)
+
+
+class _Cancelled(Exception):
+    pass
+
+
+def _next(w: _Worker, access, name: str):
+    """The worker's next message other than a file request (served here)."""
+    while True:
+        while not w.conn.poll(POLL):
+            if access.cancelled():
+                raise _Cancelled
+        try:
+            msg = w.conn.recv()
+        except (EOFError, OSError):
+            raise w.died(name) from None
+        if msg[0] != "file":
+            return msg
+        _, method, args = msg
+        try:
+            reply = ("ok", getattr(access, method)(*args))
+        except Exception as e:
+            reply = ("err", f"{type(e).__name__}: {e}")
+        w.conn.send(reply)
+
+
+@contextmanager
+def _slot(slots: threading.Semaphore, access):
+    while not slots.acquire(timeout=POLL):
+        if access.cancelled():
+            raise UdfFailure(None, "cancelled: the query dropped this call")
+    try:
+        yield
+    finally:
+        slots.release()
+
+
+def remote(fn, kind: str, t, processes: int):
+    """The invoker of `fn` (as `_udf.invoker`) that runs it in worker processes,
+    at most `processes` calls at once."""
+    spec = spec_of(fn, kind, t)
+    key = next(_KEYS)
+    name = _name(fn)
+    slots = threading.BoundedSemaphore(processes)
+
+    def start(w: _Worker, op: str, *args):
+        first = key not in w.loaded
+        try:
+            w.conn.send((op, key, spec if first else None, *args))
+        except OSError:
+            raise w.died(name) from None
+        w.loaded.add(key)
+
+    def call(ipc, access):
+        with _slot(slots, access):
+            w = POOL.take()
+            try:
+                start(w, "call", ipc)
+                msg = _next(w, access, name)
+            except _Cancelled:
+                POOL.drop(w)
+                raise UdfFailure(None, "cancelled: the query dropped this call") from None
+            except BaseException:
+                POOL.drop(w)
+                raise
+            POOL.give(w)
+            if msg[0] == "fail":
+                raise UdfFailure(msg[1], msg[2])
+            return msg[1]
+
+    def call_gen(ipc, access, max_rows):
+        with _slot(slots, access):
+            w = POOL.take()
+            clean = False
+            try:
+                start(w, "gen", ipc, max_rows)
+                while True:
+                    msg = _next(w, access, name)
+                    if msg[0] == "chunk":
+                        yield msg[1]
+                    elif msg[0] == "end":
+                        clean = True
+                        return
+                    else:
+                        clean = True
+                        raise UdfFailure(msg[1], msg[2])
+            except _Cancelled:
+                raise UdfFailure(None, "cancelled: the query dropped this call") from None
+            finally:
+                # A generator left before its end (the rows were not wanted)
+                # leaves its worker mid-call: that worker cannot be reused.
+                if clean:
+                    POOL.give(w)
+                else:
+                    POOL.drop(w)
+
+    return call_gen if kind == "gen" else call
+
+
+# ---------------------------------------------------------------------------
+# The worker's side
+
+
+class _Access:
+    """A worker's FileAccess: asks the parent's, over the pipe, for one call."""
+
+    def __init__(self, conn):
+        self._conn = conn
+        self._open = True
+        self._paths = {}
+
+    def close(self):
+        self._open = False
+
+    def _ask(self, method, *args):
+        if not self._open:
+            raise RuntimeError("this File belongs to a UDF call that has ended: read it inside the UDF")
+        self._conn.send(("file", method, args))
+        status, value = self._conn.recv()
+        if status != "ok":
+            raise OSError(value)
+        return value
+
+    def local_path(self, f):
+        if f not in self._paths:
+            self._paths[f] = self._ask("local_path", f)
+        return self._paths[f]
+
+    def read(self, f):
+        path = self.local_path(f)
+        if path is not None:
+            with open(path, "rb") as fh:
+                return fh.read()
+        return self._ask("read", f)
+
+    def read_range(self, f, start, end):
+        path = self.local_path(f)
+        if path is not None:
+            with open(path, "rb") as fh:
+                fh.seek(start)
+                return fh.read(max(0, end - start))
+        return self._ask("read_range", f, start, end)
+
+    def in_memory(self, f):
+        return self._ask("in_memory", f)
+
+
+def _watch_parent(parent: int):
+    # The pipe's EOF ends an idle worker; this ends a busy one whose parent died.
+    while True:
+        time.sleep(1)
+        if os.getppid() != parent:
+            os._exit(1)
+
+
+def _serve(conn, parent: int):
+    """A worker's loop: runs calls until its pipe closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+    invokers = {}
+    while True:
+        try:
+            op, key, spec, ipc, *rest = conn.recv()
+        except (EOFError, OSError):
+            return
+        access = _Access(conn)
+        try:
+            inv = invokers.get(key)
+            if inv is None:
+                try:
+                    fn, kind, t = pickle.loads(spec)
+                except Exception as e:
+                    text = "".join(traceback.format_exception(type(e), e, e.__traceback__)).rstrip()
+                    raise UdfFailure(None, f"cannot load the UDF in a worker process: {text}") from None
+                inv = invokers[key] = invoker(fn, kind, t)
+            if op == "call":
+                conn.send(("done", inv(ipc, access)))
+            else:
+                for chunk in inv(ipc, access, rest[0]):
+                    conn.send(("chunk", chunk))
+                conn.send(("end",))
+        except UdfFailure as e:
+            conn.send(("fail", e.row, e.text))
+        except Exception as e:
+            text = "".join(traceback.format_exception(type(e), e, e.__traceback__)).rstrip()
+            conn.send(("fail", None, text))
+        finally:
+            access.close()
