@@ -248,7 +248,7 @@ fn main() {
     let record = json!({
         "bench": "python",
         "quick": quick,
-        "cores": udfchain::session::cores(),
+        "cores": udfchain::testing::cores(),
         "latency_ms": LATENCY.as_millis() as u64,
         "a_files": a_files, "a_size": A_SIZE, "c_files": c_files, "c_size": C_SIZE,
         "gets": server.object_gets(),
