@@ -10,7 +10,9 @@ pub enum UdfError {
     /// Reading an object's bytes failed.
     #[error("reading {url}: {source}")]
     Read {
+        /// The object's URL (credentials never appear in it).
         url: String,
+        /// What failed.
         #[source]
         source: BoxError,
     },
@@ -20,7 +22,12 @@ pub enum UdfError {
     NoFileSource,
     /// Converting between Arrow and Rust values failed.
     #[error("converting {what} between Arrow and Rust values: {message}")]
-    Convert { what: String, message: String },
+    Convert {
+        /// What was converted (a column, a value type).
+        what: String,
+        /// Why it failed.
+        message: String,
+    },
     /// A UDF broke its contract (e.g. a batch mapper returned the wrong number of values).
     #[error("{0}")]
     Contract(String),
@@ -30,11 +37,14 @@ pub enum UdfError {
 /// when it is known. The engine turns `row` into a file URL and a row number.
 #[derive(Debug)]
 pub struct CallError {
+    /// The failing row's index in the call's input, when known.
     pub row: Option<usize>,
+    /// What failed.
     pub source: BoxError,
 }
 
 impl CallError {
+    /// The call failed at row `row` of its input.
     pub fn at_row(row: usize, source: impl Into<BoxError>) -> Self {
         Self {
             row: Some(row),
@@ -42,6 +52,7 @@ impl CallError {
         }
     }
 
+    /// The call failed as a whole (no one row to blame).
     pub fn whole(source: impl Into<BoxError>) -> Self {
         Self {
             row: None,

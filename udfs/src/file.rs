@@ -32,13 +32,21 @@ use crate::error::UdfError;
 /// parquet row range) inside the object at `path`; it is `None` for whole objects.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct File {
+    /// The listed prefix's URL: the store and the prefix inside it
+    /// (`s3://bucket/images`, `file:///data`).
     pub source: String,
+    /// The key below `source`, verbatim (not percent-encoded).
     pub path: String,
+    /// Bytes: of the object, or of the virtual file inside it.
     pub size: u64,
+    /// The object version the listing saw, when the store reports versions.
     pub version: Option<String>,
+    /// The ETag the listing saw; every read asks for it (`If-Match`).
     pub etag: Option<String>,
     /// Milliseconds since the Unix epoch, UTC (Arrow `Timestamp(ms, UTC)`).
     pub last_modified: Option<i64>,
+    /// Where a virtual file lies inside the object at `path` (a tar member's
+    /// byte range); `None` for a whole object.
     pub location: Option<String>,
 }
 
@@ -245,8 +253,11 @@ const MAX_CHUNK: u64 = 8 * 1024 * 1024;
 
 /// A seekable async reader over a [`File`] (see [`File::open`]).
 pub enum FileReader {
+    /// A local copy (prefetched, cached, or a local file).
     Local(tokio::fs::File),
+    /// Bytes held in memory (a small prefetched file).
     Memory(std::io::Cursor<Bytes>),
+    /// Range reads from the store, pinned to the listed version.
     Remote(RemoteReader),
 }
 

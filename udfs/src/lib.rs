@@ -32,6 +32,8 @@
 //! assert_eq!(member.parent(), shard);
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod builtins;
 mod codec;
 mod error;

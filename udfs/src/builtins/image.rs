@@ -32,7 +32,9 @@ const MAX_READ: u64 = 1 << 20;
 /// Pixel dimensions of an image.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ImageSize {
+    /// Pixels across.
     pub width: u32,
+    /// Pixels down.
     pub height: u32,
 }
 

@@ -54,32 +54,82 @@ pub struct TarEntry {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TarError {
+    /// A header's checksum does not match its bytes.
     #[error("not a tar archive: header checksum mismatch at byte {offset}")]
-    Checksum { offset: u64 },
+    Checksum {
+        /// The header's byte offset in the archive.
+        offset: u64,
+    },
+    /// A header field does not parse.
     #[error("not a tar archive: {message} at byte {offset}")]
-    Field { offset: u64, message: String },
+    Field {
+        /// The header's byte offset in the archive.
+        offset: u64,
+        /// Which field, and why.
+        message: String,
+    },
+    /// An entry's data would end past the end of the archive.
     #[error(
         "corrupt tar archive: the entry at byte {offset} holds {size} bytes, past the end of the {archive}-byte archive"
     )]
     PastEnd {
+        /// The entry's header offset.
         offset: u64,
+        /// The size its header claims.
         size: u64,
+        /// The archive's size.
         archive: u64,
     },
+    /// An extension entry (long name, PAX) larger than the reader holds.
     #[error(
         "tar extension entry at byte {offset} holds {size} bytes (at most {MAX_EXTENSION} are read)"
     )]
-    ExtensionTooLarge { offset: u64, size: u64 },
+    ExtensionTooLarge {
+        /// The extension's header offset.
+        offset: u64,
+        /// The size it claims (or the global records held).
+        size: u64,
+    },
+    /// A PAX record does not parse.
     #[error("bad PAX record at byte {offset}: {message}")]
-    Pax { offset: u64, message: String },
+    Pax {
+        /// The PAX header's offset.
+        offset: u64,
+        /// Why.
+        message: String,
+    },
+    /// Two extensions of one kind precede one member.
     #[error("two {what} entries describe the member at byte {offset}")]
-    TwoExtensions { what: &'static str, offset: u64 },
+    TwoExtensions {
+        /// The kind ("GNU long name", "PAX header", ...).
+        what: &'static str,
+        /// The second extension's offset.
+        offset: u64,
+    },
+    /// Extension headers with no member after them.
     #[error("extension headers at the end of the tar archive (byte {offset}) describe no member")]
-    Dangling { offset: u64 },
+    Dangling {
+        /// Where the archive ended.
+        offset: u64,
+    },
+    /// A GNU sparse member (not read: its data is not its bytes).
     #[error("GNU sparse member {name:?} at byte {offset} is not supported")]
-    Sparse { name: String, offset: u64 },
+    Sparse {
+        /// The member's name.
+        name: String,
+        /// Its header's offset.
+        offset: u64,
+    },
+    /// The store returned fewer bytes than asked for.
     #[error("short read of the tar archive at byte {offset}: {got} of {want} bytes")]
-    ShortRead { offset: u64, got: usize, want: u64 },
+    ShortRead {
+        /// Where the read started.
+        offset: u64,
+        /// Bytes returned.
+        got: usize,
+        /// Bytes asked for.
+        want: u64,
+    },
 }
 
 /// The regular members of the tar archive `file`, in archive order.

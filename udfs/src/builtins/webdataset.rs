@@ -30,6 +30,7 @@ use crate::file::File;
 /// key, e.g. `s/0001.jpg` and `s/0001.cls` form sample `s/0001`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Sample {
+    /// The members' shared key (`s/0001`).
     pub key: String,
     /// The members, in archive order.
     pub members: Vec<File>,
@@ -41,8 +42,11 @@ pub struct Sample {
 #[derive(Debug, thiserror::Error)]
 #[error("duplicate member {name:?} in WebDataset sample {key:?} (suffix {suffix:?} seen twice)")]
 pub struct DuplicateSuffix {
+    /// The sample's key.
     pub key: String,
+    /// The second member's name.
     pub name: String,
+    /// The suffix both members have.
     pub suffix: String,
 }
 

@@ -16,6 +16,7 @@ use crate::signature::Signature;
 /// Called once per group (rows with equal `partition_by` values).
 #[async_trait]
 pub trait Aggregator: Send + Sync + Debug {
+    /// The UDF's name, parameters and output field.
     fn signature(&self) -> &Signature;
     /// Returns any number of values for the group's rows.
     async fn aggregate(&self, group: RecordBatch) -> Result<ArrayRef, CallError>;

@@ -16,6 +16,7 @@ use crate::signature::Signature;
 /// Many rows per call (a model over a batch of images); one value per row.
 #[async_trait]
 pub trait BatchMapper: Send + Sync + Debug {
+    /// The UDF's name, parameters and output field.
     fn signature(&self) -> &Signature;
     /// Returns exactly one value per row of `input`, in order.
     async fn map_batch(&self, input: RecordBatch) -> Result<ArrayRef, CallError>;

@@ -15,6 +15,7 @@ use crate::signature::Signature;
 
 /// Expands one row into zero or more values, streamed in chunks.
 pub trait Generator: Send + Sync + Debug {
+    /// The UDF's name, parameters and output field.
     fn signature(&self) -> &Signature;
     /// `input` holds one row. The stream yields arrays of at most `max_rows` values;
     /// dropping it stops the generator.

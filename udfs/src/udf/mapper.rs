@@ -16,6 +16,7 @@ use crate::signature::Signature;
 /// One value per input row.
 #[async_trait]
 pub trait Mapper: Send + Sync + Debug {
+    /// The UDF's name, parameters and output field.
     fn signature(&self) -> &Signature;
     /// Returns one value per row of `input` (which holds the `params` columns), in order.
     async fn map(&self, input: RecordBatch) -> Result<ArrayRef, CallError>;
