@@ -178,7 +178,18 @@ impl PipelineConfig {
                 source: None,
             }
         })?;
-        config.check()?;
+        config.check().map_err(|e| match e {
+            Error::Pipeline {
+                pipeline,
+                reason,
+                source,
+            } => Error::Pipeline {
+                pipeline,
+                reason: format!("{origin}: {reason}"),
+                source,
+            },
+            other => other,
+        })?;
         Ok(config)
     }
 
