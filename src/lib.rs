@@ -76,6 +76,7 @@ pub use cache::{CacheUsage, SharedCache};
 pub use chain::{Chain, ChainBuilder, col};
 pub use datafusion::common::JoinType;
 pub use datafusion::prelude::lit;
+pub use dataset::checkpoints::RemovedCheckpoint;
 pub use dataset::{Catalog, DatasetInfo};
 pub use error::{Error, Result};
 pub use plan::{OperatorReport, RunReport};

@@ -102,6 +102,15 @@ pub enum OnError {
     Null,
 }
 
+/// `checkpoints`: keep and reuse UDF results in saves, neither, or keep after
+/// discarding what earlier runs kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Checkpoints {
+    On,
+    Off,
+    Fresh,
+}
+
 /// Settings of a chain. Builder style: `Settings::new().prefetch(16).parallel(4)`.
 /// Its `Debug` output masks credential-like storage options.
 #[derive(Clone, Default, PartialEq)]
@@ -122,6 +131,8 @@ pub struct Settings {
     progress: Option<bool>,
     cluster: Option<String>,
     cluster_executor_timeout: Option<Duration>,
+    checkpoints: Option<Checkpoints>,
+    udf_version: Option<String>,
     storage_options: BTreeMap<String, String>,
 }
 
@@ -155,6 +166,8 @@ impl std::fmt::Debug for Settings {
             .field("progress", &self.progress)
             .field("cluster", &self.cluster)
             .field("cluster_executor_timeout", &self.cluster_executor_timeout)
+            .field("checkpoints", &self.checkpoints)
+            .field("udf_version", &self.udf_version)
             .field("storage_options", &options)
             .finish()
     }
@@ -292,6 +305,7 @@ impl Settings {
         "progress",
         "cluster",
         "cluster_executor_timeout",
+        "checkpoints",
     ];
 
     /// Sets a setting by name from text, as `SET name = value` in scripts and
@@ -365,6 +379,11 @@ impl Settings {
             ),
             "memory_file_limit" => self.memory_file_limit(size(0)?),
             "progress" => self.progress(boolean()?),
+            "checkpoints" if v.eq_ignore_ascii_case("fresh") => self.fresh_checkpoints(),
+            "checkpoints" => self.checkpoints(
+                boolean()
+                    .map_err(|_| bad("true, false or fresh (discard what earlier runs kept)"))?,
+            ),
             "cluster" if v.is_empty() || v.eq_ignore_ascii_case("local") => Self {
                 cluster: Some(String::new()),
                 ..self
@@ -462,7 +481,9 @@ impl Settings {
             memory_file_limit,
             progress,
             cluster,
-            cluster_executor_timeout
+            cluster_executor_timeout,
+            checkpoints,
+            udf_version
         );
         self.storage_options.extend(
             other
@@ -471,6 +492,48 @@ impl Settings {
                 .map(|(k, v)| (k.clone(), v.clone())),
         );
         self
+    }
+
+    /// Saves keep each UDF's results in a checkpoint as they complete, and a
+    /// save run again after a crash or an error continues from them (default
+    /// true; see `plan::memo`). `false` neither reads nor writes checkpoints.
+    pub fn checkpoints(mut self, on: bool) -> Self {
+        self.checkpoints = Some(if on {
+            Checkpoints::On
+        } else {
+            Checkpoints::Off
+        });
+        self
+    }
+
+    /// `checkpoints = fresh` (`udfchain run --fresh`): a save discards what
+    /// earlier runs of it kept, then keeps its own results as `true` does.
+    pub fn fresh_checkpoints(mut self) -> Self {
+        self.checkpoints = Some(Checkpoints::Fresh);
+        self
+    }
+
+    /// `checkpoints`: whether saves keep and reuse UDF results.
+    pub fn get_checkpoints(&self) -> bool {
+        self.checkpoints != Some(Checkpoints::Off)
+    }
+
+    /// `checkpoints = fresh`: whether a save starts from nothing.
+    pub fn get_fresh_checkpoints(&self) -> bool {
+        self.checkpoints == Some(Checkpoints::Fresh)
+    }
+
+    /// The version of the UDFs added under these settings: part of what a
+    /// checkpoint is keyed by, so a new version starts over (see
+    /// [`Chain::version`](crate::Chain::version), which sets it for one UDF).
+    pub fn udf_version(mut self, version: impl Into<String>) -> Self {
+        self.udf_version = Some(version.into());
+        self
+    }
+
+    /// `udf_version`, when set.
+    pub fn get_udf_version(&self) -> Option<&str> {
+        self.udf_version.as_deref()
     }
 
     /// `prefetch`: files downloaded ahead of each UDF.

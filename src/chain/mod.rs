@@ -453,6 +453,22 @@ impl Chain {
         self.udf(udf)
     }
 
+    /// Declares the version of the UDF added last (e.g. `.map(..).version("2")`):
+    /// a save's checkpoint is keyed by it, so results of another version are
+    /// never reused; bump it when the UDF's code changes what it returns.
+    /// After a step that is not a UDF it is an error at planning.
+    pub fn version(mut self, version: &str) -> Self {
+        match self.steps.last_mut() {
+            Some(Step::Udf { settings, .. }) => {
+                *settings = settings.clone().udf_version(version);
+                self
+            }
+            _ => self.fail(Error::plan(format!(
+                "version({version:?}) follows a UDF step (map, gen, batch_map, agg)"
+            ))),
+        }
+    }
+
     /// Adds an agg UDF given as an [`Aggregator`], over groups of the columns `partition_by`.
     pub fn agg_udf(self, partition_by: &[&str], udf: Arc<dyn Aggregator>) -> Self {
         let partition_by = partition_by.iter().map(|s| s.to_string()).collect();

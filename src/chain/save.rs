@@ -6,6 +6,15 @@
 //! Guarantees: a bad dataset name fails before anything runs; a save dropped
 //! before its run finished leaves no version and removes its partial files;
 //! a dataset's recorded query is redacted (no credentials).
+//!
+//! Resumable: under `checkpoints = true` (the default) a save's map and
+//! batch_map UDFs keep their results in the checkpoint of (dataset name,
+//! logical plan) as they complete (`dataset/checkpoints.rs`, `plan/memo.rs`);
+//! the same save run again after a crash, a kill or an error answers the rows
+//! kept there without a call or a download, and computes the rest. The saved
+//! rows are those of an uninterrupted run (in the same order under `ordered =
+//! true`): a kept value is the value the UDF returned for the same params. A
+//! save that commits removes its checkpoint.
 
 use std::sync::Arc;
 
@@ -14,8 +23,10 @@ use datafusion::logical_expr::LogicalPlanBuilder;
 use datafusion::prelude::DataFrame;
 
 use super::{Chain, DATA_FILE};
+use crate::dataset::checkpoints::HeldCheckpoint;
 use crate::dataset::{Catalog, DatasetInfo};
 use crate::error::Result;
+use crate::plan::Checkpoint;
 use crate::progress::{self, Progress};
 use crate::storage::Location;
 use crate::util::redact::redact;
@@ -46,18 +57,50 @@ impl Chain {
         on_progress: impl FnMut(&Progress),
     ) -> Result<DatasetInfo> {
         crate::dataset::check_name(name)?;
-        let catalog = Catalog::open_async(self.settings.get_root()).await?;
+        let root = self.settings.get_root();
+        let catalog = Catalog::open_async(root.clone()).await?;
         let staging = catalog.staging_dir_async().await?;
-        match self.write_dataset(staging.path(), on_progress).await {
+        let mut df = self.dataframe().await?;
+        let checkpoint = if self.settings.get_checkpoints() {
+            let (name, fresh) = (name.to_string(), self.settings.get_fresh_checkpoints());
+            // A built-in UDF's results are those of this udfchain version.
+            let plan = format!(
+                "udfchain {}\n{}",
+                env!("CARGO_PKG_VERSION"),
+                df.logical_plan().display_indent()
+            );
+            crate::runtime::blocking(move || HeldCheckpoint::hold(&root, &name, &plan, fresh))
+                .await?
+        } else {
+            None
+        };
+        if let Some(held) = &checkpoint {
+            let (mut state, plan) = df.into_parts();
+            state
+                .config_mut()
+                .set_extension(Arc::new(Checkpoint::new(held.dir().to_path_buf())));
+            df = DataFrame::new(state, plan);
+        }
+        match self.write_dataset(df, staging.path(), on_progress).await {
             Ok((schema, rows, query)) => {
-                catalog
+                let info = catalog
                     .commit_async(name, staging, schema, rows, query)
-                    .await
+                    .await?;
+                if let Some(held) = checkpoint {
+                    let _ = crate::runtime::blocking(move || {
+                        held.remove();
+                        Ok(())
+                    })
+                    .await;
+                }
+                Ok(info)
             }
             Err(e) => {
-                // Removing the partial files is blocking file work too.
+                // Removing the partial files is blocking file work too; the
+                // checkpoint stays for the next run.
                 let _ = crate::runtime::blocking(move || {
                     drop(staging);
+                    drop(checkpoint);
                     Ok(())
                 })
                 .await;
@@ -66,13 +109,13 @@ impl Chain {
         }
     }
 
-    /// Writes the rows into `dir` as one Parquet file (see `write_parquet`).
+    /// Writes the rows of `df` into `dir` as one Parquet file (see `write_parquet`).
     async fn write_dataset(
         &self,
+        df: DataFrame,
         dir: &std::path::Path,
         on_progress: impl FnMut(&Progress),
     ) -> Result<(String, u64, String)> {
-        let df = self.dataframe().await?;
         let query = redact(&df.logical_plan().display_indent().to_string()).into_owned();
         let schema = df
             .schema()

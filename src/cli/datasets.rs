@@ -1,5 +1,6 @@
-//! `udfchain datasets ls|info|rm`: the datasets saved in the catalog under
-//! the root. `info` redacts the stored query.
+//! `udfchain datasets ls|info|rm|gc`: the datasets saved in the catalog under
+//! the root. `info` redacts the stored query; `gc` removes the checkpoints
+//! of saves that failed or were killed.
 
 use std::sync::Arc;
 
@@ -39,6 +40,13 @@ Examples:
         /// The version to remove (default: every version).
         version: Option<u32>,
     },
+    /// Remove stale checkpoints: the UDF results kept by saves that failed
+    /// or were killed (a save run again continues from them; one that
+    /// commits removes its own). Checkpoints of running saves are kept.
+    #[command(after_help = "\
+Examples:
+  udfchain datasets gc")]
+    Gc,
 }
 
 /// Runs one `datasets` command.
@@ -73,6 +81,17 @@ pub async fn run(
         DatasetsCommand::Rm { name, version } => {
             let n = catalog.remove_async(&name, version).await?;
             print::line(format_args!("removed {n} version(s) of {name}"))
+        }
+        DatasetsCommand::Gc => {
+            let removed = catalog.remove_stale_checkpoints_async().await?;
+            let bytes: u64 = removed.iter().map(|r| r.bytes).sum();
+            for r in &removed {
+                print::line(format_args!("removed {}", r.dir.display()))?;
+            }
+            print::line(format_args!(
+                "removed {} stale checkpoint(s), {bytes} bytes",
+                removed.len()
+            ))
         }
     }
 }

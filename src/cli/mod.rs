@@ -45,6 +45,10 @@ pub struct Cli {
     /// A setting, as `SET name = value` would (repeatable), e.g. --set prefetch=8.
     #[arg(long = "set", value_name = "NAME=VALUE", global = true)]
     set: Vec<String>,
+    /// Saves start from nothing: what earlier runs of the same save kept in
+    /// their checkpoint is discarded (as --set checkpoints=fresh).
+    #[arg(long, global = true)]
+    fresh: bool,
     /// Output format of tables.
     #[arg(long, value_enum, default_value_t = Format::Table, global = true)]
     format: Format,
@@ -210,6 +214,9 @@ pub async fn run(cli: Cli) -> udfchain::Result<()> {
             reason: format!("takes NAME=VALUE, got {kv:?}"),
         })?;
         settings = settings.set(k.trim(), v)?;
+    }
+    if cli.fresh {
+        settings = settings.fresh_checkpoints();
     }
     if let Some(url) = &cli.cluster {
         settings = settings.set("cluster", url)?;

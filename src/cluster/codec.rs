@@ -514,7 +514,7 @@ impl PhysicalExtensionCodec for PhysicalCodec {
                 let udf = self.udf(&wire.udf)?;
                 let settings = wire.udf.settings.settings(self.root.as_ref())?;
                 let (schema, _) = from_ipc(&wire.schema)?;
-                let exec = udf_exec(&udf, &settings, one()?, wire.prefetched, schema)?;
+                let exec = udf_exec(&udf, &settings, one()?, wire.prefetched, schema, None)?;
                 Ok(self.watched(exec))
             }
             PREFETCH_EXEC => {

@@ -41,6 +41,8 @@
 //! `rusqlite` error); a missing dataset or version and a bad name are
 //! [`Error::Dataset`] messages.
 
+pub mod checkpoints;
+
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -108,6 +110,22 @@ impl Drop for Staging {
 }
 
 impl Catalog {
+    /// Removes every checkpoint under the root that no running save holds:
+    /// the UDF results kept by saves that failed or were killed, which a run
+    /// of the same statement would otherwise continue from (`udfchain
+    /// datasets gc`). Costs work, never data.
+    pub fn remove_stale_checkpoints(&self) -> Result<Vec<checkpoints::RemovedCheckpoint>> {
+        checkpoints::gc(&self.root)
+    }
+
+    /// [`remove_stale_checkpoints`](Self::remove_stale_checkpoints) on the blocking pool.
+    pub async fn remove_stale_checkpoints_async(
+        &self,
+    ) -> Result<Vec<checkpoints::RemovedCheckpoint>> {
+        let cat = self.clone();
+        blocking(move || cat.remove_stale_checkpoints()).await
+    }
+
     /// Opens (creating) the catalog under `root`, then removes what failed or
     /// killed saves left behind.
     pub fn open(root: &Path) -> Result<Self> {

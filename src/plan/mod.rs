@@ -1,13 +1,16 @@
 //! Logical UDF nodes, their physical planning, and the physical operators (one
 //! per file): `MapExec`, `GenerateExec`, `BatchMapExec`, `AggregateExec`, and
-//! `PrefetchExec` (a folder: the node, its stream, its downloads, its window).
+//! `PrefetchExec` (a folder: the node, its stream, its downloads, its window);
+//! a save's `Checkpoint` and the `Memo` of each UDF's results in it.
 
 mod aggregate;
 mod batch_map;
 mod batches;
+mod checkpoint;
 mod generate;
 mod in_order;
 mod map;
+mod memo;
 mod node;
 mod on_error;
 mod operator;
@@ -21,6 +24,7 @@ mod unary_exec;
 
 pub use aggregate::AggregateExec;
 pub use batch_map::BatchMapExec;
+pub use checkpoint::Checkpoint;
 pub use generate::GenerateExec;
 pub use map::MapExec;
 pub use node::{UdfKind, UdfNode};

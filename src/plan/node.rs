@@ -201,6 +201,9 @@ impl UserDefinedLogicalNodeCore for UdfNode {
         if let UdfKind::Agg { partition_by, .. } = &self.kind {
             write!(f, ", partition_by=[{}]", partition_by.join(", "))?;
         }
+        if let Some(version) = self.settings.get_udf_version() {
+            write!(f, ", version={version}")?;
+        }
         Ok(())
     }
 

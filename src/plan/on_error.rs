@@ -15,12 +15,13 @@
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, RecordBatch, UInt32Array};
-use datafusion::arrow::compute::take;
+use datafusion::arrow::compute::{concat_batches, take};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::error::Result as DfResult;
 use udfchain_udfs::{CallError, UdfError};
 
-use super::batches::{append_column, take_rows};
+use super::batches::{append_column, slices, take_rows};
+use super::memo::Key;
 use super::operator::CallContext;
 use super::output::Done;
 use super::udf_call::Failure;
@@ -59,6 +60,11 @@ impl<U: ?Sized> CallContext<U> {
     /// of the partition), releases the batch's prefetched files, and returns
     /// `batch` with the UDF's output column appended, `on_error` applied (see
     /// the module header), with the rows it skipped (to [`CallContext::emit`]).
+    ///
+    /// With a checkpoint ([`UdfCall::memo`](super::udf_call::UdfCall)), rows it
+    /// holds take their kept value without a call (their files were not
+    /// fetched, so none is released), a call of some held and some new rows
+    /// is made row by row, and every value computed is kept.
     pub async fn call_rows<F, Fut>(
         &self,
         batch: &RecordBatch,
@@ -69,13 +75,64 @@ impl<U: ?Sized> CallContext<U> {
         F: Fn(Arc<U>, RecordBatch) -> Fut,
         Fut: Future<Output = Result<ArrayRef, CallError>> + Send + 'static,
     {
-        let result = self.isolate(batch, base, &udf_fn).await;
+        let Some(memo) = &self.call.memo else {
+            return self.call_new_rows(batch, base, &udf_fn, None).await;
+        };
+        let keys = memo.keys(batch)?;
+        if memo.kept() == 0 || !keys.iter().any(|k| memo.contains(k)) {
+            return self.call_new_rows(batch, base, &udf_fn, Some(keys)).await;
+        }
+        if let Some(values) = memo.values(&keys)? {
+            self.checkpoint_hits.add(batch.num_rows());
+            return Done::rows(append_column(&self.schema, batch, values)?);
+        }
+        // Some rows held, some not: each row on its own.
+        let (mut batches, mut skipped) = (Vec::new(), Vec::new());
+        for (i, (row, key)) in slices(batch, 1).into_iter().zip(keys).enumerate() {
+            let done = match memo.values(&[key])? {
+                Some(value) => {
+                    self.checkpoint_hits.add(1);
+                    Done::rows(append_column(&self.schema, &row, value)?)?
+                }
+                None => {
+                    self.call_new_rows(&row, base + i as u64, &udf_fn, Some(vec![key]))
+                        .await?
+                }
+            };
+            batches.extend(done.batch);
+            skipped.extend(done.skipped);
+        }
+        let batch = match batches.as_slice() {
+            [] => None,
+            _ => Some(concat_batches(&self.schema, &batches)?),
+        };
+        Ok(Done { batch, skipped })
+    }
+
+    /// [`CallContext::call_rows`] of rows the checkpoint does not hold (named
+    /// by `keys` when there is one, to keep their values).
+    async fn call_new_rows<F, Fut>(
+        &self,
+        batch: &RecordBatch,
+        base: u64,
+        udf_fn: &F,
+        keys: Option<Vec<Key>>,
+    ) -> DfResult<Done>
+    where
+        F: Fn(Arc<U>, RecordBatch) -> Fut,
+        Fut: Future<Output = Result<ArrayRef, CallError>> + Send + 'static,
+    {
+        let result = self.isolate(batch, base, udf_fn).await;
         self.call.release(&self.local, batch);
         let Isolated {
             rows,
             values,
             mut failed,
         } = result?;
+        if let (Some(memo), Some(keys), Some(values)) = (&self.call.memo, keys, &values) {
+            let kept = rows.iter().map(|&r| keys[r]).collect();
+            memo.record(kept, Arc::clone(values)).await;
+        }
         let all = batch.num_rows();
         if failed.is_empty()
             && let Some(values) = values

@@ -142,7 +142,15 @@ impl<U: ?Sized> UdfOperator<U> {
             udf: Arc::clone(&self.udf),
             schema: Arc::clone(&self.schema),
             skipped_rows: MetricBuilder::new(&self.metrics).counter("skipped_rows", partition),
+            checkpoint_hits: MetricBuilder::new(&self.metrics)
+                .counter("checkpoint_hits", partition),
         };
+        if let Some(memo) = self.call.memo.as_ref().filter(|_| partition == 0) {
+            // Rows of earlier runs the checkpoint holds (one gauge per operator).
+            MetricBuilder::new(&self.metrics)
+                .global_gauge("checkpoint_rows")
+                .set(memo.kept());
+        }
         Ok((input, part, BaselineMetrics::new(&self.metrics, partition)))
     }
 }
@@ -166,6 +174,8 @@ pub struct CallContext<U: ?Sized> {
     pub(super) copies_left: Gauge,
     /// Rows dropped under `on_error = skip` (every one, listed or not).
     pub(super) skipped_rows: Count,
+    /// Rows answered from the checkpoint, without a call.
+    pub(super) checkpoint_hits: Count,
 }
 
 impl<U: ?Sized> Clone for CallContext<U> {
@@ -180,6 +190,7 @@ impl<U: ?Sized> Clone for CallContext<U> {
             handoff: self.handoff.clone(),
             copies_left: self.copies_left.clone(),
             skipped_rows: self.skipped_rows.clone(),
+            checkpoint_hits: self.checkpoint_hits.clone(),
         }
     }
 }

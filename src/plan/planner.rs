@@ -17,8 +17,10 @@ use udfchain_udfs::File;
 
 use super::aggregate::AggregateExec;
 use super::batch_map::BatchMapExec;
+use super::checkpoint::Checkpoint;
 use super::generate::GenerateExec;
 use super::map::MapExec;
+use super::memo::Memo;
 use super::node::{UdfKind, UdfNode};
 use super::operator::UdfOperator;
 use super::prefetch::{PrefetchExec, PrefetchOptions};
@@ -55,7 +57,7 @@ impl ExtensionPlanner for UdfPlanner {
         node: &dyn UserDefinedLogicalNode,
         _logical_inputs: &[&LogicalPlan],
         physical_inputs: &[Arc<dyn ExecutionPlan>],
-        _session: &dyn Session,
+        session: &dyn Session,
         _ctx: &PhysicalPlanningContext,
     ) -> DfResult<Option<Arc<dyn ExecutionPlan>>> {
         let Some(node) = node.as_any().downcast_ref::<UdfNode>() else {
@@ -69,6 +71,13 @@ impl ExtensionPlanner for UdfPlanner {
         let file_params = file_params(&node.kind, &input.schema());
         let prefetch_on = !file_params.is_empty() && s.get_prefetch() != Prefetch::Fixed(0);
         let input = Arc::clone(input);
+        let memo = match session.config().get_extension::<Checkpoint>() {
+            Some(c) if s.get_checkpoints() => c
+                .memo(node, &input.schema())
+                .await
+                .map_err(Error::into_df)?,
+            _ => None,
+        };
         let input = if prefetch_on {
             // An aggregate needs its input sorted by key; sort before prefetching so
             // the window, not the whole input, is what waits on disk.
@@ -79,15 +88,15 @@ impl ExtensionPlanner for UdfPlanner {
             } else {
                 sort_by_keys(input, &keys)?
             };
-            Arc::new(PrefetchExec::new(
-                input,
-                file_params,
-                prefetch_options(s, ordered),
-            )) as Arc<dyn ExecutionPlan>
+            let options = PrefetchOptions {
+                memo: memo.clone(),
+                ..prefetch_options(s, ordered)
+            };
+            Arc::new(PrefetchExec::new(input, file_params, options)) as Arc<dyn ExecutionPlan>
         } else {
             input
         };
-        udf_exec(&node.kind, s, input, prefetch_on, schema).map(Some)
+        udf_exec(&node.kind, s, input, prefetch_on, schema, memo).map(Some)
     }
 }
 
@@ -103,6 +112,7 @@ pub fn prefetch_options(s: &Settings, ordered: bool) -> PrefetchOptions {
         cache_limit: s.get_cache_limit(),
         memory_file_limit: s.get_memory_file_limit(),
         storage_options: s.get_storage_options().clone(),
+        memo: None,
     }
 }
 
@@ -137,15 +147,17 @@ fn key_columns(kind: &UdfKind, in_schema: &SchemaRef) -> DfResult<Vec<(usize, St
 }
 
 /// The operator of `kind` over `input` (its `PrefetchExec` when `prefetched`),
-/// configured by `settings`, producing `schema`. The planner and the cluster's
+/// configured by `settings`, producing `schema`, keeping its results in
+/// `memo` when given (a save's checkpoint). The planner and the cluster's
 /// codec (which rebuilds operators from a UDF, its settings and its decoded
-/// input) build operators only through this.
+/// input; no checkpoint on a cluster) build operators only through this.
 pub fn udf_exec(
     kind: &UdfKind,
     s: &Settings,
     input: Arc<dyn ExecutionPlan>,
     prefetched: bool,
     schema: SchemaRef,
+    memo: Option<Arc<Memo>>,
 ) -> DfResult<Arc<dyn ExecutionPlan>> {
     let in_schema = input.schema();
     let sig = kind.signature();
@@ -174,7 +186,8 @@ pub fn udf_exec(
         )
         .with_cache(s.cache_dir(), s.get_cache_limit(), s.get_cache())
         .with_ordered(s.get_ordered())
-        .with_settings(s.clone()),
+        .with_settings(s.clone())
+        .with_memo(memo),
     );
     let exec: Arc<dyn ExecutionPlan> = match kind {
         UdfKind::Map(udf) => Arc::new(MapExec::new(

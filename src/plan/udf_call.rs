@@ -19,6 +19,7 @@ use datafusion::execution::TaskContext;
 use tokio::sync::Semaphore;
 use udfchain_udfs::{CallError, File, FileSource, decode_column, with_file_source};
 
+use super::memo::Memo;
 use super::skip_list::SkipList;
 use crate::cache::{LocalCopies, SharedCache, StoreSource};
 use crate::error::Error;
@@ -48,6 +49,8 @@ pub struct UdfCall {
     skipped: SkipList,
     /// The settings the operator was planned with (what a codec sends).
     pub settings: Settings,
+    /// Where results are kept for a save run again (its checkpoint).
+    pub memo: Option<Arc<Memo>>,
 }
 
 /// A call that failed, with the row (within the call's input batch) when known.
@@ -95,7 +98,14 @@ impl UdfCall {
             slots: Arc::new(Semaphore::new(parallel.max(1))),
             skipped: SkipList::default(),
             settings: Settings::new(),
+            memo: None,
         }
+    }
+
+    /// Results are kept in `memo`, and rows it holds are answered from it.
+    pub fn with_memo(mut self, memo: Option<Arc<Memo>>) -> Self {
+        self.memo = memo;
+        self
     }
 
     /// Reads of files no prefetch fetched are served from the shared cache at

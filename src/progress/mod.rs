@@ -80,6 +80,22 @@ pub struct UdfProgress {
     pub listed: Option<usize>,
     /// `rows` per second since the start.
     pub rate: f64,
+    /// Rows of earlier runs of this save its checkpoint holds (answered
+    /// without a call; see `chain/save.rs`).
+    pub kept: usize,
+}
+
+impl UdfProgress {
+    /// `resuming: N of M rows already done` (`M+` while the listing runs,
+    /// `?` without a listing below).
+    pub fn resuming(&self) -> String {
+        let of = match (self.total, self.listed) {
+            (Some(t), _) => t.to_string(),
+            (None, Some(l)) => format!("{l}+"),
+            (None, None) => "?".into(),
+        };
+        format!("resuming: {} of {of} rows already done", self.kept)
+    }
 }
 
 impl Progress {
@@ -158,6 +174,7 @@ impl Progress {
                 total,
                 listed,
                 rate: 0.0,
+                kept: m.get("checkpoint_rows"),
             });
         }
         for child in plan.children() {
@@ -199,6 +216,9 @@ impl Progress {
             s.push_str(&format!(", {} cache hits", self.cache_hits));
         }
         s.push_str(&format!(" in {}", duration(self.elapsed)));
+        if let Some(u) = self.udfs.iter().find(|u| u.kept > 0) {
+            s.push_str(&format!(", {} from a checkpoint", plural(u.kept, "row")));
+        }
         s
     }
 
@@ -225,6 +245,9 @@ impl Progress {
         }
         if self.waiting_for_executor {
             first.push_str("  waiting for an executor");
+        }
+        if let Some(u) = self.udfs.iter().find(|u| u.kept > 0) {
+            first.push_str(&format!("  {}", u.resuming()));
         }
         let mut lines = vec![first];
         for u in &self.udfs {
@@ -433,6 +456,7 @@ mod tests {
                 total: Some(3000),
                 listed: None,
                 rate: 1000.0,
+                kept: 0,
             }],
             files_fetched: 3000,
             bytes_fetched: 3 * 1024 * 1024 - 100 * 1024,
@@ -493,6 +517,26 @@ mod tests {
         assert!(lines[0].contains("listed 3000 files..."), "{lines:?}");
         assert!(lines[1].contains(" 1500/2000+ rows, "), "{lines:?}");
         assert!(!lines[0].contains("ETA"), "{lines:?}");
+    }
+
+    #[test]
+    fn a_resumed_save_says_how_many_rows_were_already_done() {
+        let mut p = sample();
+        assert!(!p.lines()[0].contains("resuming"));
+        p.udfs[0].kept = 1200;
+        assert!(
+            p.lines()[0].ends_with("  resuming: 1200 of 3000 rows already done"),
+            "{:?}",
+            p.lines()
+        );
+        assert!(
+            p.summary(3000).ends_with(", 1200 rows from a checkpoint"),
+            "{}",
+            p.summary(3000)
+        );
+        p.udfs[0].total = None;
+        p.udfs[0].listed = Some(2000);
+        assert!(p.lines()[0].ends_with("resuming: 1200 of 2000+ rows already done"));
     }
 
     #[test]

@@ -57,6 +57,37 @@ impl OwnerLock {
         }
     }
 
+    /// Holds the lock of `dir`, a dir that lives on across runs (a save's
+    /// checkpoint): created as [`create_dir`](Self::create_dir) does when
+    /// missing; `None` when another process holds it.
+    pub fn acquire(dir: &Path) -> io::Result<Option<Self>> {
+        match Self::create_dir(dir) {
+            Ok(lock) => return Ok(Some(lock)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+        let path = dir.join(LOCK_FILE);
+        let file = File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)?;
+        match FileExt::try_lock(&file) {
+            Ok(()) => {}
+            Err(TryLockError::WouldBlock) => return Ok(None),
+            Err(TryLockError::Error(e)) => return Err(e),
+        }
+        if !still_linked(&file, &path) {
+            // A sweeper removed the dir meanwhile: it is nobody's now.
+            return Ok(None);
+        }
+        Ok(Some(Self {
+            dir: dir.to_path_buf(),
+            file,
+        }))
+    }
+
     /// Gives the dir up without removing it: the lock file is deleted first,
     /// then the lock released, so a sweeper that was waiting on it sees it
     /// unlinked and leaves the dir alone.

@@ -20,6 +20,7 @@ mod prefetch;
 mod progress;
 mod redaction;
 mod relational;
+mod resume;
 mod scripts;
 mod selection;
 mod serve;

@@ -109,6 +109,9 @@ pub struct PrefetchOptions {
     /// Files up to this size are held in memory (`cache = false` only).
     pub memory_file_limit: u64,
     pub storage_options: std::collections::BTreeMap<String, String>,
+    /// The checkpoint of the UDF this prefetch serves: the rows it holds
+    /// need no download.
+    pub memo: Option<Arc<crate::plan::memo::Memo>>,
 }
 
 #[derive(Debug)]
@@ -240,6 +243,7 @@ impl PrefetchExec {
             reservation,
             downloads,
             handoff,
+            self.options.memo.clone(),
         );
         let schema = self.input.schema();
         let stream = futures::stream::unfold(state, |mut s| async move {

@@ -52,6 +52,7 @@ use super::handoff::Handoff;
 use super::window::AutoWindow;
 use crate::error::Error;
 use crate::plan::batches::slices;
+use crate::plan::memo::Memo;
 use crate::runtime::{PoolTask, spawn_on};
 use crate::util::lock::lock;
 
@@ -208,6 +209,8 @@ fn cost_of(bytes: usize) -> usize {
 
 pub(super) struct PrefetchStream {
     pub(super) input: SendableRecordBatchStream,
+    /// The checkpoint of the UDF above: rows it holds are not fetched.
+    memo: Option<Arc<Memo>>,
     /// Whether `Downloads::prepare` ran (before the first row).
     pub(super) prepared: bool,
     pub(super) input_done: bool,
@@ -231,6 +234,7 @@ pub(super) struct PrefetchStream {
 
 impl PrefetchStream {
     /// A stream over `input`: in input order when `ordered`.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
         input: SendableRecordBatchStream,
         ordered: bool,
@@ -239,8 +243,10 @@ impl PrefetchStream {
         reservation: MemoryReservation,
         downloads: Arc<Downloads>,
         handoff: Option<Arc<Handoff>>,
+        memo: Option<Arc<Memo>>,
     ) -> Self {
         Self {
+            memo,
             input,
             prepared: false,
             input_done: false,
@@ -323,7 +329,7 @@ impl PrefetchStream {
                 biased;
                 batch = self.input.next(), if want_input => {
                     match batch {
-                        Some(Ok(b)) => match rows_with_files(&b, &self.downloads.file_cols) {
+                        Some(Ok(b)) => match self.rows_to_fetch(&b) {
                             Ok(rows) => self.rows.extend(rows),
                             Err(e) => return Some(Err(e)),
                         },
@@ -384,6 +390,20 @@ impl PrefetchStream {
                 Err(e) => return Some(Err(e)),
             }
         }
+    }
+
+    /// The rows of `b` with the files to fetch for each: none for a row whose
+    /// result the UDF's checkpoint already holds (its UDF makes no call).
+    fn rows_to_fetch(&self, b: &RecordBatch) -> DfResult<Vec<(RecordBatch, Vec<File>)>> {
+        let mut rows = rows_with_files(b, &self.downloads.file_cols)?;
+        if let Some(memo) = self.memo.as_ref().filter(|m| m.kept() > 0) {
+            for ((_, files), key) in rows.iter_mut().zip(memo.keys(b)?) {
+                if memo.contains(&key) {
+                    files.clear();
+                }
+            }
+        }
+        Ok(rows)
     }
 
     /// `prefetch = auto`: resizes the window after a row was taken (see
