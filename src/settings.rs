@@ -122,6 +122,7 @@ pub struct Settings {
     progress: Option<bool>,
     cluster: Option<String>,
     cluster_executor_timeout: Option<Duration>,
+    delta_unsafe: Option<bool>,
     storage_options: BTreeMap<String, String>,
 }
 
@@ -155,6 +156,7 @@ impl std::fmt::Debug for Settings {
             .field("progress", &self.progress)
             .field("cluster", &self.cluster)
             .field("cluster_executor_timeout", &self.cluster_executor_timeout)
+            .field("delta_unsafe", &self.delta_unsafe)
             .field("storage_options", &options)
             .finish()
     }
@@ -292,6 +294,7 @@ impl Settings {
         "progress",
         "cluster",
         "cluster_executor_timeout",
+        "delta_unsafe",
     ];
 
     /// Sets a setting by name from text, as `SET name = value` in scripts and
@@ -378,6 +381,7 @@ impl Settings {
             "cluster_executor_timeout" => self.cluster_executor_timeout(
                 parse_duration(v).map_err(|_| bad("a duration above 0 (e.g. 500ms, 30s, 5m)"))?,
             ),
+            "delta_unsafe" => self.delta_unsafe(boolean()?),
             "root" if v.is_empty() => return Err(bad("a directory")),
             "root" => self.root(value),
             "on_error" => self.on_error(match v.to_ascii_lowercase().as_str() {
@@ -442,6 +446,21 @@ impl Settings {
             .unwrap_or(DEFAULT_CLUSTER_EXECUTOR_TIMEOUT)
     }
 
+    /// Let a delta save (`Chain::delta`, `read_storage(.., delta => ..)`) run
+    /// steps whose rows over the new and changed files alone differ from their
+    /// rows over all files (aggregates, joins, unions, distinct, limits, window
+    /// functions, subqueries); refused by default, as DataChain's
+    /// `delta_unsafe` does. See `chain/delta.rs`.
+    pub fn delta_unsafe(mut self, on: bool) -> Self {
+        self.delta_unsafe = Some(on);
+        self
+    }
+
+    /// `delta_unsafe`: whether a delta save allows steps that are not row-local (default false).
+    pub fn get_delta_unsafe(&self) -> bool {
+        self.delta_unsafe.unwrap_or(false)
+    }
+
     /// `other`'s set fields override `self`'s.
     pub fn merge(mut self, other: &Settings) -> Self {
         macro_rules! take {
@@ -462,7 +481,8 @@ impl Settings {
             memory_file_limit,
             progress,
             cluster,
-            cluster_executor_timeout
+            cluster_executor_timeout,
+            delta_unsafe
         );
         self.storage_options.extend(
             other

@@ -47,8 +47,9 @@ impl Chain {
     ) -> Result<DatasetInfo> {
         crate::dataset::check_name(name)?;
         let catalog = Catalog::open_async(self.settings.get_root()).await?;
+        let chain = self.for_save(name, &catalog).await?;
         let staging = catalog.staging_dir_async().await?;
-        match self.write_dataset(staging.path(), on_progress).await {
+        match chain.write_dataset(staging.path(), on_progress).await {
             Ok((schema, rows, query)) => {
                 catalog
                     .commit_async(name, staging, schema, rows, query)
@@ -74,13 +75,7 @@ impl Chain {
     ) -> Result<(String, u64, String)> {
         let df = self.dataframe().await?;
         let query = redact(&df.logical_plan().display_indent().to_string()).into_owned();
-        let schema = df
-            .schema()
-            .fields()
-            .iter()
-            .map(|f| format!("{}: {}", f.name(), f.data_type()))
-            .collect::<Vec<_>>()
-            .join("\n");
+        let schema = super::schema_text(df.schema());
         let path = dir.join(DATA_FILE).display().to_string();
         let rows = self.write_parquet(df, path, on_progress).await?;
         Ok((schema, rows as u64, query))
