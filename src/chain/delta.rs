@@ -191,6 +191,7 @@ impl Chain {
         if !self.settings.get_delta_unsafe() {
             refuse_non_row_local(&plan)?;
         }
+        check_keys(&marked.source.delta, &plan)?;
         let previous = match catalog.get_async(name, None).await {
             Ok(info) => Some(info),
             Err(Error::Dataset(_)) => None,
@@ -310,6 +311,27 @@ impl Chain {
         }
         Ok(union.build()?)
     }
+}
+
+/// Every key is a field of the listing's `file` column, kept in the saved
+/// rows (where the next delta save reads it back).
+fn check_keys(delta: &Delta, plan: &LogicalPlan) -> Result<()> {
+    for k in delta.keys() {
+        let column = k.split('.').next().unwrap_or(k);
+        if column != "file" {
+            return Err(Error::plan(format!(
+                "delta key {k:?}: keys are fields of the listing's `file` column \
+                 (file.path, file.etag, file.version, file.size, file.last_modified)"
+            )));
+        }
+        if plan.schema().fields().iter().all(|f| f.name() != column) {
+            return Err(Error::plan(format!(
+                "a delta save keeps the column {column:?} in its rows (the next one compares \
+                 {k} with it): select it"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// `name` (dots reach into struct fields) of the table `qualifier`.

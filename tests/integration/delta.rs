@@ -234,13 +234,30 @@ async fn a_delta_save_refuses_steps_that_are_not_row_local_unless_delta_unsafe()
             .is_empty()
     );
 
-    // Allowed by the setting: the aggregate sees the new and changed files only.
-    let script = "SET delta_unsafe = true; \
-                  CREATE DATASET d AS SELECT count(*) AS n FROM read_storage('s3://bucket/data', delta => 'd')";
+    // Allowed by the setting: the limit sees the new and changed files only.
+    let script = "SET delta_unsafe = true; CREATE DATASET d AS \
+                  SELECT file FROM read_storage('s3://bucket/data', delta => 'd') LIMIT 3";
     assert_eq!(
         message(&r, script).await,
-        "saved dataset d version 1 (1 rows)"
+        "saved dataset d version 1 (3 rows)"
     );
+    // The keys stay in the rows, where the next delta save compares them.
+    for (query, want) in [
+        (
+            "SELECT file.size AS s FROM read_storage('s3://bucket/data', delta => 'k')",
+            "keeps the column \"file\"",
+        ),
+        (
+            "SELECT file FROM read_storage('s3://bucket/data', delta => 'k', delta_on => 'name')",
+            "fields of the listing's `file` column",
+        ),
+    ] {
+        let e = r
+            .run(&format!("CREATE DATASET k AS {query}"))
+            .await
+            .expect_err(query);
+        assert!(e.to_string().contains(want), "{query}: {e}");
+    }
     let e = Chain::from_values(&[1u32])
         .delta(&[], &[])
         .save("v")
