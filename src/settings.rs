@@ -133,6 +133,7 @@ pub struct Settings {
     cluster_executor_timeout: Option<Duration>,
     checkpoints: Option<Checkpoints>,
     udf_version: Option<String>,
+    delta_unsafe: Option<bool>,
     storage_options: BTreeMap<String, String>,
 }
 
@@ -168,6 +169,7 @@ impl std::fmt::Debug for Settings {
             .field("cluster_executor_timeout", &self.cluster_executor_timeout)
             .field("checkpoints", &self.checkpoints)
             .field("udf_version", &self.udf_version)
+            .field("delta_unsafe", &self.delta_unsafe)
             .field("storage_options", &options)
             .finish()
     }
@@ -306,6 +308,7 @@ impl Settings {
         "cluster",
         "cluster_executor_timeout",
         "checkpoints",
+        "delta_unsafe",
     ];
 
     /// Sets a setting by name from text, as `SET name = value` in scripts and
@@ -397,6 +400,7 @@ impl Settings {
             "cluster_executor_timeout" => self.cluster_executor_timeout(
                 parse_duration(v).map_err(|_| bad("a duration above 0 (e.g. 500ms, 30s, 5m)"))?,
             ),
+            "delta_unsafe" => self.delta_unsafe(boolean()?),
             "root" if v.is_empty() => return Err(bad("a directory")),
             "root" => self.root(value),
             "on_error" => self.on_error(match v.to_ascii_lowercase().as_str() {
@@ -461,6 +465,21 @@ impl Settings {
             .unwrap_or(DEFAULT_CLUSTER_EXECUTOR_TIMEOUT)
     }
 
+    /// Let a delta save (`Chain::delta`, `read_storage(.., delta => ..)`) run
+    /// steps whose rows over the new and changed files alone differ from their
+    /// rows over all files (aggregates, joins, unions, distinct, limits, window
+    /// functions, subqueries); refused by default, as DataChain's
+    /// `delta_unsafe` does. See `chain/delta.rs`.
+    pub fn delta_unsafe(mut self, on: bool) -> Self {
+        self.delta_unsafe = Some(on);
+        self
+    }
+
+    /// `delta_unsafe`: whether a delta save allows steps that are not row-local (default false).
+    pub fn get_delta_unsafe(&self) -> bool {
+        self.delta_unsafe.unwrap_or(false)
+    }
+
     /// `other`'s set fields override `self`'s.
     pub fn merge(mut self, other: &Settings) -> Self {
         macro_rules! take {
@@ -483,7 +502,8 @@ impl Settings {
             cluster,
             cluster_executor_timeout,
             checkpoints,
-            udf_version
+            udf_version,
+            delta_unsafe
         );
         self.storage_options.extend(
             other

@@ -66,6 +66,7 @@ impl ChainBuilder {
             uri: uri.to_string(),
             recursive: true,
             glob: None,
+            delta: None,
         })
     }
 

@@ -12,9 +12,11 @@
 //! the calls that add them); `plan.rs` turning it into a DataFusion plan
 //! (and `explain`); `run.rs` running it (`collect`, `stream`, reports);
 //! `save.rs` writing its rows (a dataset version, a Parquet file);
+//! `delta.rs` delta saves (only the files added or changed since the last version);
 //! `session.rs` the chains and the catalog a [`Session`] offers.
 
 mod builder;
+mod delta;
 mod expr;
 mod plan;
 mod run;
@@ -22,6 +24,7 @@ mod save;
 mod session;
 
 pub use builder::ChainBuilder;
+pub(crate) use delta::{Delta, DeltaSource};
 
 use crate::settings::Settings;
 pub use expr::col;
@@ -52,6 +55,7 @@ enum Source {
         uri: String,
         recursive: bool,
         glob: Option<String>,
+        delta: Option<Delta>,
     },
     Table(Arc<dyn TableProvider>),
     Parquet(String),
@@ -141,6 +145,7 @@ impl Chain {
                 uri: uri.to_string(),
                 recursive: true,
                 glob: None,
+                delta: None,
             },
         )
     }
@@ -504,3 +509,13 @@ fn empty_plan() -> LogicalPlan {
 
 /// The data file of a dataset version.
 const DATA_FILE: &str = "data.parquet";
+
+/// A plan's columns as a dataset version records them: `name: type` per line.
+fn schema_text(schema: &datafusion::common::DFSchema) -> String {
+    schema
+        .fields()
+        .iter()
+        .map(|f| format!("{}: {}", f.name(), f.data_type()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}

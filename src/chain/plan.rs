@@ -10,7 +10,7 @@ use datafusion::logical_expr::{LogicalPlan, LogicalPlanBuilder};
 use datafusion::physical_plan::displayable;
 use datafusion::prelude::{CsvReadOptions, DataFrame, JsonReadOptions, ParquetReadOptions};
 
-use super::{Chain, DATA_FILE, Source, Step};
+use super::{Chain, DATA_FILE, DeltaSource, Source, Step};
 use crate::dataset::Catalog;
 use crate::error::Result;
 use crate::plan::UdfNode;
@@ -41,11 +41,19 @@ impl Chain {
                 uri,
                 recursive,
                 glob,
+                delta,
             } => {
                 let table = StorageTable::try_new(uri, *recursive, glob.clone(), options.clone())?;
+                let provider: Arc<dyn datafusion::catalog::TableProvider> = match delta {
+                    None => Arc::new(table),
+                    Some(delta) => Arc::new(DeltaSource {
+                        table,
+                        delta: delta.clone(),
+                    }),
+                };
                 return Ok(LogicalPlanBuilder::scan(
                     "storage",
-                    provider_as_source(Arc::new(table)),
+                    provider_as_source(provider),
                     None,
                 )?
                 .build()?);

@@ -59,10 +59,13 @@ impl Chain {
         crate::dataset::check_name(name)?;
         let root = self.settings.get_root();
         let catalog = Catalog::open_async(root.clone()).await?;
+        // A delta save's plan reads its base version: the checkpoint key
+        // below names that version's files, so a new base starts over.
+        let chain = self.for_save(name, &catalog).await?;
         let staging = catalog.staging_dir_async().await?;
-        let mut df = self.dataframe().await?;
-        let checkpoint = if self.settings.get_checkpoints() {
-            let (name, fresh) = (name.to_string(), self.settings.get_fresh_checkpoints());
+        let mut df = chain.dataframe().await?;
+        let checkpoint = if chain.settings.get_checkpoints() {
+            let (name, fresh) = (name.to_string(), chain.settings.get_fresh_checkpoints());
             // A built-in UDF's results are those of this udfchain version.
             let plan = format!(
                 "udfchain {}\n{}",
@@ -81,7 +84,7 @@ impl Chain {
                 .set_extension(Arc::new(Checkpoint::new(held.dir().to_path_buf())));
             df = DataFrame::new(state, plan);
         }
-        match self.write_dataset(df, staging.path(), on_progress).await {
+        match chain.write_dataset(df, staging.path(), on_progress).await {
             Ok((schema, rows, query)) => {
                 let info = catalog
                     .commit_async(name, staging, schema, rows, query)
@@ -117,13 +120,7 @@ impl Chain {
         on_progress: impl FnMut(&Progress),
     ) -> Result<(String, u64, String)> {
         let query = redact(&df.logical_plan().display_indent().to_string()).into_owned();
-        let schema = df
-            .schema()
-            .fields()
-            .iter()
-            .map(|f| format!("{}: {}", f.name(), f.data_type()))
-            .collect::<Vec<_>>()
-            .join("\n");
+        let schema = super::schema_text(df.schema());
         let path = dir.join(DATA_FILE).display().to_string();
         let rows = self.write_parquet(df, path, on_progress).await?;
         Ok((schema, rows as u64, query))

@@ -1,4 +1,5 @@
-//! Table functions of scripts: `read_storage('uri' [, 'glob'])`,
+//! Table functions of scripts: `read_storage('uri' [, 'glob'] [, delta => 'dataset'])`
+//! (the named arguments are planned by [`NamedArgs`]),
 //! `read_dataset('name' [, version])`, `read_parquet/read_csv/read_json('uri')`,
 //! and the generator forms `tar_members('uri' [, 'glob'])` (one row per regular
 //! member of each tar archive under the URI: columns `file`, the archive;
@@ -15,17 +16,22 @@
 use std::sync::{Arc, Mutex};
 
 use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
-use datafusion::datasource::{ViewTable, provider_as_source};
+use datafusion::datasource::{ViewTable, provider_as_source, source_as_provider};
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::SessionState;
 use datafusion::functions::core::expr_fn::get_field;
+use datafusion::logical_expr::planner::{
+    PlannedRelation, RelationPlanner, RelationPlannerContext, RelationPlanning,
+};
 use datafusion::logical_expr::{Expr, LogicalPlanBuilder};
 use datafusion::prelude::col;
 use datafusion::prelude::{CsvReadOptions, JsonReadOptions, ParquetReadOptions, SessionContext};
+use datafusion::sql::sqlparser::ast::{FunctionArg, FunctionArgExpr, TableFactor};
 use udfchain_udfs::builtins::{ParquetRows, parquet_schema, tar_entries, webdataset_samples};
 use udfchain_udfs::gen_fn;
 
 use crate::cache::StoreSource;
+use crate::chain::{Delta, DeltaSource};
 use crate::dataset::Catalog;
 use crate::error::Error;
 use crate::plan::{UdfKind, UdfNode};
@@ -251,5 +257,108 @@ impl TableFunctionImpl for TableFn {
                 Ok(block(ctx().read_json(first, opts))??.into_view())
             }
         }
+    }
+}
+
+/// Plans `read_storage(uri [, glob], delta => 'name' [, delta_on => 'a,b']
+/// [, delta_compare => 'c,d'])`: DataFusion passes a table function's
+/// arguments without their names, so calls with named arguments are planned
+/// here, before it sees them. `delta` marks the listing for a delta save of
+/// dataset `name` (see `chain/delta.rs`); `delta_on` and `delta_compare` are
+/// comma-separated column names (defaults `file.path` and `file.etag,file.version`).
+#[derive(Debug)]
+pub struct NamedArgs;
+
+/// The named arguments `read_storage` takes.
+const NAMED: &[&str] = &["delta", "delta_on", "delta_compare"];
+
+impl RelationPlanner for NamedArgs {
+    fn plan_relation(
+        &self,
+        relation: TableFactor,
+        context: &mut dyn RelationPlannerContext,
+    ) -> DfResult<RelationPlanning> {
+        let TableFactor::Table {
+            name,
+            args: Some(args),
+            alias,
+            ..
+        } = &relation
+        else {
+            return Ok(RelationPlanning::Original(Box::new(relation)));
+        };
+        let function = context.object_name_to_table_reference(name.clone())?;
+        let named = args
+            .args
+            .iter()
+            .any(|a| matches!(a, FunctionArg::Named { .. }));
+        if !named || function.table() != "read_storage" {
+            return Ok(RelationPlanning::Original(Box::new(relation)));
+        }
+        let empty = datafusion::common::DFSchema::empty();
+        let (mut positional, mut values) = (Vec::new(), std::collections::BTreeMap::new());
+        for arg in &args.args {
+            match arg {
+                FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => {
+                    positional.push(context.sql_to_expr(e.clone(), &empty)?);
+                }
+                FunctionArg::Named {
+                    name,
+                    arg: FunctionArgExpr::Expr(e),
+                    ..
+                } => {
+                    let key = context.normalize_ident(name.clone());
+                    if !NAMED.contains(&key.as_str()) {
+                        let hint = crate::util::closest(&key, NAMED.iter().copied())
+                            .map(|c| format!(" (did you mean {c}?)"))
+                            .unwrap_or_default();
+                        return Err(DataFusionError::Plan(format!(
+                            "read_storage has no argument {key:?}{hint}; its named arguments are {}",
+                            NAMED.join(", ")
+                        )));
+                    }
+                    let value = context.sql_to_expr(e.clone(), &empty)?;
+                    let text = string_arg(&[value], 0, &format!("{key} =>"))?.unwrap_or_default();
+                    values.insert(key, text);
+                }
+                other => {
+                    return Err(DataFusionError::Plan(format!(
+                        "unsupported argument of read_storage: {other}"
+                    )));
+                }
+            }
+        }
+        let Some(dataset) = values.remove("delta") else {
+            return Err(DataFusionError::Plan(
+                "read_storage: delta_on and delta_compare need delta => 'dataset name'".into(),
+            ));
+        };
+        let source = context
+            .context_provider()
+            .get_table_function_source("read_storage", positional)?;
+        let table = source_as_provider(&source)?
+            .downcast_ref::<StorageTable>()
+            .cloned()
+            .ok_or_else(|| DataFusionError::Plan("read_storage did not list storage".into()))?;
+        let list = |key: &str| -> Vec<String> {
+            values
+                .get(key)
+                .map(|v| v.split(',').map(|s| s.trim().to_string()).collect())
+                .unwrap_or_default()
+        };
+        let (on, compare) = (list("delta_on"), list("delta_compare"));
+        let on: Vec<&str> = on.iter().map(String::as_str).collect();
+        let compare: Vec<&str> = compare.iter().map(String::as_str).collect();
+        let delta = Delta::new(Some(dataset), &on, &compare);
+        let plan = LogicalPlanBuilder::scan(
+            "read_storage()",
+            provider_as_source(Arc::new(DeltaSource { table, delta })),
+            None,
+        )?
+        .build()?;
+        Ok(RelationPlanning::Planned(Box::new(PlannedRelation::new(
+            plan,
+            alias.clone(),
+        ))))
     }
 }

@@ -78,6 +78,8 @@ impl ScriptRunner {
         for (name, f) in functions::table_functions(&settings) {
             ctx.register_udtf(name, f);
         }
+        // Infallible in DataFusion 55 (it only inserts the planner).
+        let _ = ctx.register_relation_planner(Arc::new(functions::NamedArgs));
         let udfs = builtins::builtins();
         for stub in udfs.iter().filter_map(Builtin::stub) {
             ctx.register_udf(stub);

@@ -7,6 +7,7 @@ mod caching;
 mod cli;
 mod cluster;
 mod datasets;
+mod delta;
 mod errors;
 mod execution;
 mod first_run;
