@@ -24,7 +24,7 @@ mod session;
 pub use builder::ChainBuilder;
 
 use crate::settings::Settings;
-pub use expr::col;
+pub use expr::{col, file_from_url};
 
 use std::fmt;
 use std::sync::Arc;
