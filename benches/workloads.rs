@@ -5,10 +5,15 @@
 //! cargo bench --bench workloads              # full run (~15 minutes)
 //! cargo bench --bench workloads -- --quick   # scaled down (~1-2 minutes of runs)
 //! cargo bench --bench workloads -- --only A,E
+//! cargo bench --bench workloads -- --quick --only A,F   # URL table vs listing
 //! cargo bench --bench workloads -- --only A --prefetch 128,auto,default
 //! cargo bench --bench workloads -- --only A --prefetch 128 --udfchain-only  # to profile
 //! UDFCHAIN_BENCH_SEED=7 cargo bench --bench workloads -- --only 'A~tail'  # other tail draws
 //! ```
+//!
+//! F runs A's objects from a Parquet of their `s3://` URLs (`file_from_url`)
+//! instead of a listing, on A's server; the summary gives F's files/s over
+//! A's at each setting.
 //!
 //! Each workload runs across prefetch x parallel, next to a serial object_store
 //! loop and a `buffer_unordered(N)` object_store loop at the same concurrency.
@@ -36,7 +41,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 use udfchain::datafusion::arrow::array::{Array, UInt64Array};
 use udfchain::udfs::UdfError;
-use udfchain::{Chain, File, Session, Settings};
+use udfchain::{Chain, File, Session, Settings, col, file_from_url};
 
 use support::{BUCKET, Latency, S3Server};
 
@@ -295,6 +300,17 @@ fn specs(quick: bool) -> Vec<Spec> {
             bandwidth: None,
             work: Work::Len,
         },
+        Spec {
+            name: "F",
+            title: "F URL table: A's objects named in a Parquet of s3:// URLs (file_from_url), UDF = length",
+            prefix: "a",
+            files: q(300, 2000),
+            size: 64 << 10,
+            latency: ms(20),
+            tail: false,
+            bandwidth: None,
+            work: Work::Len,
+        },
     ]
 }
 
@@ -494,6 +510,8 @@ struct Env {
     list_rtt: f64,
     /// CPU seconds (client and server) per GET of a plain object_store loop.
     get_cpu: f64,
+    /// F: the Parquet of the objects' URLs (column `url`, in listing order).
+    urls: Option<PathBuf>,
 }
 
 impl Env {
@@ -653,9 +671,14 @@ impl Env {
     /// The workload's chain under `settings` as given.
     fn chain_with(&self, settings: Settings) -> Chain {
         let (work, cal) = (self.spec.work, self.cal);
-        let chain = self
-            .session
-            .from_storage(&self.uri())
+        let source = match &self.urls {
+            // F: the same objects, from a table of their URLs.
+            Some(urls) => Chain::from_parquet(&urls.display().to_string())
+                .in_session(Arc::clone(&self.session))
+                .mutate("file", file_from_url(col("url"))),
+            None => self.session.from_storage(&self.uri()),
+        };
+        let chain = source
             .settings(settings)
             .map("out", move |f: File| async move {
                 let bytes = f.read().await?;
@@ -1071,7 +1094,32 @@ impl Bench {
             rtt: 0.0,
             list_rtt: 0.0,
             get_cpu: 0.0,
+            urls: None,
         }
+    }
+
+    /// F: writes the URLs of the workload's objects, in listing order, to a
+    /// Parquet under `dir` and points the env's chains at it.
+    async fn write_urls(env: &mut Env, dir: &FsPath) {
+        use udfchain::datafusion::arrow::array::{RecordBatch, StringArray};
+        use udfchain::datafusion::arrow::datatypes::{DataType, Field, Schema};
+        let urls: Vec<String> = env
+            .list()
+            .await
+            .iter()
+            .map(|p| format!("s3://{BUCKET}/{p}"))
+            .collect();
+        let schema = Arc::new(Schema::new(vec![Field::new("url", DataType::Utf8, false)]));
+        let batch =
+            RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(StringArray::from(urls))])
+                .expect("batch");
+        let path = dir.join("urls.parquet");
+        let file = std::fs::File::create(&path).expect("create urls.parquet");
+        let mut w = udfchain::datafusion::parquet::arrow::ArrowWriter::try_new(file, schema, None)
+            .expect("writer");
+        w.write(&batch).expect("write");
+        w.close().expect("close");
+        env.urls = Some(path);
     }
 
     /// Partitions of the UDF operator: the listing is one partition and UDF
@@ -1413,6 +1461,25 @@ fn summary(records: &[Record], cores: usize) -> String {
             after * 1e3,
             verdict(r.gets <= max && after < 0.1)
         );
+    }
+    // F: a table of URLs against A's listing, same objects and settings.
+    for f in of("F") {
+        let a = of("A").into_iter().find(|a| {
+            a.prefetch == f.prefetch && a.parallel == f.parallel && a.ordered == f.ordered
+        });
+        if let Some(a) = a {
+            let x = f.files_per_s / a.files_per_s;
+            let _ = writeln!(
+                out,
+                "F  prefetch={:<7} parallel={} ordered={:<5}: {:.0} files/s, {x:.2} of A's {:.0} -> {}",
+                prefetch_label(&f.prefetch),
+                f.parallel,
+                f.ordered,
+                f.files_per_s,
+                a.files_per_s,
+                verdict(x >= 0.9)
+            );
+        }
     }
     let fixed = |r: &&&Record| r.prefetch != "auto" && r.prefetch != "default";
     // auto within 10% of the best fixed setting (ordered, as the default is),
@@ -1873,13 +1940,13 @@ fn main() {
             only.as_ref()
                 .is_none_or(|o| o.iter().any(|w| w.eq_ignore_ascii_case(s.name)))
         };
-        // C and D share a server and objects.
-        let mut c_server: Option<Arc<S3Server>> = None;
+        // C and D share a server and objects, and so do A and F.
+        let mut shared: HashMap<&str, Arc<S3Server>> = HashMap::new();
         for spec in specs.iter().filter(|s| wanted(s)) {
             let setup = Instant::now();
-            let server = match (&c_server, spec.prefix) {
-                (Some(s), "c") => Arc::clone(s),
-                _ => {
+            let server = match shared.get(spec.prefix).filter(|_| matches!(spec.prefix, "a" | "c")) {
+                Some(s) => Arc::clone(s),
+                None => {
                     let server = Arc::new(S3Server::start_with_latency(spec.latency_model(), spec.bandwidth));
                     let env = bench.env(spec, Arc::clone(&server)).await;
                     if spec.name == "E" {
@@ -1887,14 +1954,15 @@ fn main() {
                     } else {
                         put_objects(&env.store, spec).await;
                     }
-                    if spec.prefix == "c" {
-                        c_server = Some(Arc::clone(&server));
-                    }
+                    shared.insert(spec.prefix, Arc::clone(&server));
                     server
                 }
             };
             let mut env = bench.env(spec, server).await;
             let root = tempfile::TempDir::new().expect("root dir");
+            if spec.name == "F" {
+                Bench::write_urls(&mut env, root.path()).await;
+            }
             Bench::detect_partitions(&mut env, root.path()).await;
             env.rtt = env.round_trip().await;
             env.get_cpu = env.cpu_per_get().await;

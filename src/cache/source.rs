@@ -13,7 +13,10 @@
 //! lookup and the read (an unpinned shared-cache entry evicted meanwhile) is
 //! read from the store instead of failing. Every read of a listed file asks for
 //! the version it was listed with (see [`VersionPin`]): the range reads of one
-//! `File::open` reader never mix two versions of a rewritten object.
+//! `File::open` reader never mix two versions of a rewritten object. A file
+//! named by URL whose size is not known yet (no prefetch in front of the UDF)
+//! learns it from its local copy, else from a HEAD, before a range read; a
+//! `File` that `file_from_url` could not parse fails each read with why.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
@@ -23,7 +26,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use bytes::Bytes;
 use datafusion::execution::runtime_env::RuntimeEnv;
-use datafusion::object_store::{GetRange, ObjectStore, path::Path};
+use datafusion::object_store::{GetRange, ObjectStore, ObjectStoreExt, path::Path};
 use tokio::runtime::Handle;
 use udfchain_udfs::{File, FileSource, UdfError};
 
@@ -89,6 +92,9 @@ impl StoreSource {
             url: file.url(),
             source: Box::new(e),
         };
+        if let Some(e) = file.url_error() {
+            return Err(e);
+        }
         let mut stores = lock(&self.stores);
         if let Some((store, loc)) = stores.get(&file.source) {
             return Ok((Arc::clone(store), loc.child(&file.path).map_err(read_err)?));
@@ -103,6 +109,31 @@ impl StoreSource {
 
 #[async_trait]
 impl FileSource for StoreSource {
+    async fn stat(&self, file: &File) -> Result<File, UdfError> {
+        if file.size_known() {
+            return Ok(file.clone());
+        }
+        let (store, path) = self.resolve(file)?;
+        let pin = VersionPin::of(file);
+        let task = spawn_on(&self.io, async move {
+            store.head(&path).await.map_err(|e| pin.error(e))
+        });
+        let meta = task
+            .await
+            .map_err(|e| read_error(file, std::io::Error::other(e)))?
+            .map_err(|source| UdfError::Read {
+                url: file.url(),
+                source,
+            })?;
+        Ok(File {
+            size: meta.size,
+            etag: meta.e_tag,
+            version: meta.version,
+            last_modified: Some(meta.last_modified.timestamp_millis()),
+            ..file.clone()
+        })
+    }
+
     async fn read(&self, file: &File) -> Result<Bytes, UdfError> {
         if file.member().is_some() {
             return self.read_range(file, 0..file.size).await;
@@ -122,7 +153,9 @@ impl FileSource for StoreSource {
         }
         let (store, path) = self.resolve(file)?;
         if let Some(cache) = &self.read_through {
-            let (cache, target) = (Arc::clone(cache), file.clone());
+            // A file named by URL is cached under what the store says of it now.
+            let target = self.stat(file).await?;
+            let cache = Arc::clone(cache);
             let task = spawn_on(&self.io, async move {
                 let fetch = |tmp: PathBuf| {
                     let target = &target;
@@ -154,6 +187,26 @@ impl FileSource for StoreSource {
     }
 
     async fn read_range(&self, file: &File, range: Range<u64>) -> Result<Bytes, UdfError> {
+        if !file.size_known() && file.url_error().is_none() {
+            let local = self.local.as_ref();
+            let size = match local.and_then(|l| l.local_bytes(file)) {
+                Some(b) => Some(b.len() as u64),
+                None => local
+                    .and_then(|l| l.local_path(file))
+                    .and_then(|p| std::fs::metadata(p).ok())
+                    .map(|m| m.len()),
+            };
+            let sized = match size {
+                Some(size) => File {
+                    size,
+                    ..file.clone()
+                },
+                None => self.stat(file).await?,
+            };
+            if sized.size_known() {
+                return self.read_range(&sized, range).await;
+            }
+        }
         let end = range.end.min(file.size);
         if range.start >= end {
             return Ok(Bytes::new());

@@ -1,4 +1,5 @@
-//! Expression helpers: `col("file.size")` reaches into struct columns.
+//! Expression helpers: `col("file.size")` reaches into struct columns;
+//! `file_from_url(col("url"))` turns a column of URLs into `File`s.
 
 use datafusion::functions::core::expr_fn::get_field;
 use datafusion::logical_expr::Expr;
@@ -11,4 +12,13 @@ pub fn col(name: &str) -> Expr {
     let mut parts = name.split('.');
     let first = parts.next().unwrap_or(name);
     parts.fold(ident(first), get_field)
+}
+
+/// `file_from_url(url)`: a `File` per URL string (`https://host/img/1.jpg`,
+/// `s3://bucket/key`), read by the UDFs it is given to like a listed file
+/// (see [`File::from_url`](udfchain_udfs::File::from_url)). A null URL gives
+/// a null `File`; a string that is no URL fails that row's read, under
+/// `on_error`.
+pub fn file_from_url(url: Expr) -> Expr {
+    udfchain_udfs::FileFromUrl::udf().call(vec![url])
 }

@@ -27,7 +27,7 @@ pub use builder::ChainBuilder;
 pub(crate) use delta::{Delta, DeltaSource};
 
 use crate::settings::Settings;
-pub use expr::col;
+pub use expr::{col, file_from_url};
 
 use std::fmt;
 use std::sync::Arc;

@@ -19,8 +19,11 @@
 //! - a call over a column of the enclosing query (a correlated subquery) gets
 //!   its node on the enclosing operator's input, and nodes go below a
 //!   subquery's correlated filters, so decorrelation still applies;
-//! - a call whose argument is not a File column is a plan error naming the UDF
-//!   and what it takes.
+//! - a call over a `File`-valued expression (`sha256(file_from_url(url))`)
+//!   gets the expression projected as a column of the input holding its
+//!   columns (once per statement for the same expression), then the node;
+//! - a call whose argument is no File is a plan error naming the UDF and what
+//!   it takes.
 //!
 //! `image_size` reads only the header, so it is planned with `prefetch = 0`.
 
@@ -36,8 +39,8 @@ use datafusion::logical_expr::expr::{Exists, InSubquery, ScalarFunction, SetComp
 use datafusion::logical_expr::expr_rewriter::{NamePreserver, SavedName};
 use datafusion::logical_expr::utils::{conjunction, split_conjunction_owned};
 use datafusion::logical_expr::{
-    ColumnarValue, Expr, Filter, LogicalPlan, Projection, ScalarFunctionArgs, ScalarUDF,
-    ScalarUDFImpl, Signature, Subquery, Volatility,
+    ColumnarValue, Expr, ExprSchemable, Filter, LogicalPlan, Projection, ScalarFunctionArgs,
+    ScalarUDF, ScalarUDFImpl, Signature, Subquery, Volatility,
 };
 use datafusion::optimizer::AnalyzerRule;
 use udfchain_udfs::builtins::{file_size, image_size, line_count, md5, read_text, sha256};
@@ -176,6 +179,7 @@ impl AnalyzerRule for BuiltinRewrite {
             taken,
             next: 0,
             made: Vec::new(),
+            projected: Vec::new(),
             generated: HashSet::new(),
         };
         let plan = plan
@@ -200,6 +204,8 @@ struct Rewriter {
     taken: HashSet<String>,
     next: usize,
     made: Vec<Made>,
+    /// `File` expressions given to a UDF, each projected as this column.
+    projected: Vec<(Expr, String)>,
     generated: HashSet<String>,
 }
 
@@ -421,7 +427,10 @@ impl Rewriter {
         let c = match args.as_slice() {
             [Expr::Column(c)] => c.clone(),
             [Expr::OuterReferenceColumn(..)] => return Ok(Transformed::no(x)),
-            [other] => return plan(format!("{}; got {other}", takes(&b.name))),
+            [other] => match self.file_arg(other, inputs)? {
+                Some(c) => c,
+                None => return plan(format!("{}; got {other}", takes(&b.name))),
+            },
             _ => return plan(format!("{}; got {} arguments", takes(&b.name), args.len())),
         };
         let out = self.node_for(&b, c, inputs)?;
@@ -483,6 +492,44 @@ impl Rewriter {
         sub.outer_ref_columns = plan.all_out_ref_exprs();
         sub.subquery = Arc::new(plan);
         Ok(sub)
+    }
+
+    /// A `File`-valued expression that is not a column (`file_from_url(url)`)
+    /// as a column: projected onto the input holding its columns, once per
+    /// statement for the same expression. `None` when it is no `File` or
+    /// reads no single input.
+    fn file_arg(&mut self, e: &Expr, inputs: &mut [LogicalPlan]) -> DfResult<Option<Column>> {
+        if e.contains_outer() {
+            return Ok(None);
+        }
+        let refs = e.column_refs();
+        let Some(i) = inputs
+            .iter()
+            .position(|p| refs.iter().all(|c| p.schema().has_column(c)))
+        else {
+            return Ok(None);
+        };
+        let schema = Arc::clone(inputs[i].schema());
+        if !File::is_file_type(&e.get_type(&schema)?) {
+            return Ok(None);
+        }
+        if let Some((_, name)) = self
+            .projected
+            .iter()
+            .find(|(p, name)| p == e && schema.has_column_with_unqualified_name(name))
+        {
+            return Ok(Some(Column::new_unqualified(name.clone())));
+        }
+        let name = self.fresh("file");
+        let mut exprs: Vec<Expr> = schema
+            .iter()
+            .map(|(q, f)| Expr::Column(Column::new(q.cloned(), f.name())))
+            .collect();
+        exprs.push(e.clone().alias(name.clone()));
+        let input = std::mem::take(&mut inputs[i]);
+        inputs[i] = LogicalPlan::Projection(Projection::try_new(exprs, Arc::new(input))?);
+        self.projected.push((e.clone(), name.clone()));
+        Ok(Some(Column::new_unqualified(name)))
     }
 
     /// The output column of `b(c)` over the input holding `c`: the node

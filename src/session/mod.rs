@@ -1,5 +1,8 @@
 //! [`Session`]: a DataFusion `SessionContext` set up with udfchain's planner,
-//! the stores it has opened, and the default [`Settings`] of its chains.
+//! the stores it has opened, the `file_from_url` function, and the default
+//! [`Settings`] of its chains. Stores are opened on demand, per scheme and
+//! host, with the session's storage options, when a `File` of a new store
+//! (listed, or named by URL) is first read.
 //! (Its chain and catalog constructors live in `chain/`, the layer above.)
 
 use std::sync::{Arc, OnceLock};
@@ -56,6 +59,8 @@ impl Session {
             .with_query_planner(Arc::new(UdfQueryPlanner))
             .build();
         let ctx = SessionContext::new_with_state(state);
+        // `file_from_url(url)` in SQL and in chain expressions.
+        ctx.register_udf(udfchain_udfs::FileFromUrl::udf());
         if let Ok(url) = Url::parse("memory:///") {
             ctx.register_object_store(&url, Arc::new(InMemory::new()));
         }

@@ -10,6 +10,11 @@
 //! an error naming the file ("changed since it was listed"), never retried and
 //! never bytes spliced from two versions; a store that ignores `If-Match` is
 //! caught by comparing each response's etag with the pinned one.
+//!
+//! A file named by URL has no listed size or etag ([`File::size_known`]):
+//! its first GET ([`download_first`]) takes both from the response (the
+//! size checked against the bytes received, as a listed size is) and
+//! returns the file pinned to them.
 
 use std::path::Path as FsPath;
 use std::sync::Arc;
@@ -173,7 +178,55 @@ pub async fn download_to(
     dest: &FsPath,
 ) -> Result<Downloaded> {
     let mut out = Sink::File(Writer::create(dest).await?);
-    download(store, path, file, &mut out).await
+    download(store, path, file, &mut out).await.map(|(d, _)| d)
+}
+
+/// Where [`download_first`] put a file's bytes.
+#[derive(Debug)]
+pub enum Body {
+    /// In memory (the object was at most the memory limit).
+    Memory(Bytes),
+    /// In the `dest` file.
+    Disk,
+}
+
+/// The first GET of a file whose size is not known (named by URL, see
+/// [`File::size_known`]): downloads it whole, with the retries, resumption
+/// and pinning of [`download_to`], into memory when the response says it
+/// is at most `memory_limit` bytes, else into `dest`; returns the file
+/// pinned to what that response said (size, etag, version, modification
+/// time), which every later read of it then asks for.
+///
+/// # Cancel safety
+/// Dropping the future stops the download; `dest` may hold a partial file,
+/// which the caller owns.
+pub async fn download_first(
+    store: &Arc<dyn ObjectStore>,
+    path: &Path,
+    file: &File,
+    memory_limit: u64,
+    dest: &FsPath,
+) -> Result<(File, Body, Downloaded)> {
+    let mut out = Sink::Choose {
+        memory_limit,
+        dest: dest.to_path_buf(),
+    };
+    let (d, meta) = download(store, path, file, &mut out).await?;
+    let pinned = match meta {
+        Some(meta) => File {
+            size: d.bytes,
+            etag: meta.e_tag,
+            version: meta.version.or(file.version.clone()),
+            last_modified: Some(meta.last_modified.timestamp_millis()),
+            ..file.clone()
+        },
+        None => file.clone(),
+    };
+    let body = match out {
+        Sink::Memory(b) => Body::Memory(b.freeze()),
+        _ => Body::Disk,
+    };
+    Ok((pinned, body, d))
 }
 
 /// Downloads the whole object `file` into memory, with the retries,
@@ -187,20 +240,25 @@ pub async fn download_bytes(
     file: &File,
 ) -> Result<(Bytes, Downloaded)> {
     let mut out = Sink::Memory(BytesMut::with_capacity(file.size as usize));
-    let d = download(store, path, file, &mut out).await?;
+    let (d, _) = download(store, path, file, &mut out).await?;
     match out {
         Sink::Memory(b) => Ok((b.freeze(), d)),
-        Sink::File(_) => Err(Error::internal("download_bytes wrote a file")),
+        _ => Err(Error::internal("download_bytes wrote a file")),
     }
 }
 
+/// The download loop; also returns the first response's metadata.
 async fn download(
     store: &Arc<dyn ObjectStore>,
     path: &Path,
     file: &File,
     out: &mut Sink,
-) -> Result<Downloaded> {
-    let (size, url) = (file.size, file.url());
+) -> Result<(Downloaded, Option<ObjectMeta>)> {
+    let url = file.url();
+    // Unknown (a file named by URL): the first response's size, checked as a
+    // listed size is.
+    let mut size = file.size_known().then_some(file.size);
+    let mut first_meta = None;
     let mut pin = VersionPin::of(file);
     let mut written = 0u64;
     let mut retries = 0u32;
@@ -221,6 +279,12 @@ async fn download(
                 // after a broken body) must be of the version started with.
                 if pin.is_empty() {
                     pin.etag = result.meta.e_tag.clone();
+                }
+                if first_meta.is_none() {
+                    // A whole-object GET: `meta.size` is the object's size.
+                    let object_size = *size.get_or_insert(result.meta.size);
+                    out.choose(object_size).await?;
+                    first_meta = Some(result.meta.clone());
                 }
                 first_byte.get_or_insert(sent.elapsed());
                 let mut body = result.into_stream();
@@ -255,6 +319,7 @@ async fn download(
         retries += 1;
     }
     out.finish().await?;
+    let size = size.unwrap_or(written);
     if written != size {
         return Err(Error::Storage {
             url,
@@ -263,20 +328,39 @@ async fn download(
             ))),
         });
     }
-    Ok(Downloaded {
+    let d = Downloaded {
         bytes: written,
         retries,
         first_byte: first_byte.unwrap_or_default(),
-    })
+    };
+    Ok((d, first_meta))
 }
 
 /// Where a download's body goes.
 enum Sink {
     File(Writer),
     Memory(BytesMut),
+    /// Memory or the `dest` file, chosen by the size the first response
+    /// gives ([`download_first`]).
+    Choose {
+        memory_limit: u64,
+        dest: std::path::PathBuf,
+    },
 }
 
 impl Sink {
+    /// Settles a `Choose` sink for an object of `size` bytes.
+    async fn choose(&mut self, size: u64) -> Result<()> {
+        if let Self::Choose { memory_limit, dest } = self {
+            *self = if size <= *memory_limit {
+                Self::Memory(BytesMut::with_capacity(size as usize))
+            } else {
+                Self::File(Writer::create(dest).await?)
+            };
+        }
+        Ok(())
+    }
+
     async fn push(&mut self, bytes: Bytes) -> Result<()> {
         match self {
             Self::File(w) => w.push(bytes).await,
@@ -284,13 +368,14 @@ impl Sink {
                 m.extend_from_slice(&bytes);
                 Ok(())
             }
+            Self::Choose { .. } => Err(Error::internal("a body before its response")),
         }
     }
 
     async fn finish(&mut self) -> Result<()> {
         match self {
             Self::File(w) => w.flush().await,
-            Self::Memory(_) => Ok(()),
+            Self::Memory(_) | Self::Choose { .. } => Ok(()),
         }
     }
 }

@@ -26,7 +26,7 @@ mod open;
 mod plain_http;
 mod s3;
 
-pub use download::{Downloaded, VersionPin, download_bytes, download_to};
+pub use download::{Body, Downloaded, VersionPin, download_bytes, download_first, download_to};
 pub use explain::{explain, explain_at};
 pub use listing::{ListingExec, StorageTable, file_schema};
 pub use location::{Location, missing_path};

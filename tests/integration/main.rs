@@ -31,3 +31,4 @@ mod sql_udfs;
 mod storage_faults;
 mod tar_archives;
 mod udf_kinds;
+mod url_files;

@@ -28,6 +28,14 @@ pub enum UdfError {
         /// Why it failed.
         message: String,
     },
+    /// A string is not the URL of an object (`File::from_url`, `file_from_url`).
+    #[error("not an object URL: {url:?}: {reason}")]
+    NotAUrl {
+        /// The string as given.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// A UDF broke its contract (e.g. a batch mapper returned the wrong number of values).
     #[error("{0}")]
     Contract(String),

@@ -189,8 +189,13 @@ impl File {
                 })?;
             return Ok(FileReader::Local(f));
         }
+        // A file named by URL learns its size before reading by ranges.
+        let file = match self.size_known() {
+            true => self.clone(),
+            false => source.stat(self).await?,
+        };
         Ok(FileReader::Remote(RemoteReader {
-            file: self.clone(),
+            file,
             source,
             pos: 0,
             buf: Bytes::new(),
@@ -220,6 +225,12 @@ pub trait FileSource: Send + Sync + Debug {
     async fn read(&self, file: &File) -> Result<Bytes, UdfError>;
     /// Reads a byte range of the object.
     async fn read_range(&self, file: &File, range: Range<u64>) -> Result<Bytes, UdfError>;
+    /// `file` with what the store says of it now (size, etag, version,
+    /// modification time) when its size is not known (a file named by URL
+    /// before its first GET, see [`File::size_known`]); else `file` as it is.
+    async fn stat(&self, file: &File) -> Result<File, UdfError> {
+        Ok(file.clone())
+    }
     /// The path of a complete local copy, if one exists now.
     fn local_path(&self, _file: &File) -> Option<PathBuf> {
         None

@@ -9,6 +9,10 @@
 //! a row dropped under `skip` releases the copies it took at once (its
 //! shared-cache pins included); under `null` the
 //! failed file holds a placeholder and its other files are still fetched.
+//! A file named by URL (size not known, see `File::size_known`) skips the
+//! shared-cache lookup (it has no etag to key it yet): its first GET goes to
+//! memory or the temp dir by the size the response gives, and the row is
+//! passed on with the file pinned to that response (size, etag, version).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -18,7 +22,7 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::error::Result as DfResult;
 use datafusion::physical_plan::metrics::{Count, Gauge, Time};
 use tokio::sync::Semaphore;
-use udfchain_udfs::File;
+use udfchain_udfs::{File, decode_column, encode_column};
 
 use super::window::RoundTrip;
 use super::window_pins::WindowPins;
@@ -28,7 +32,7 @@ use crate::cache::{SharedCache, TempCache};
 use crate::error::Error;
 use crate::plan::skip_list::SkipList;
 use crate::settings::OnError;
-use crate::storage::{Downloaded, download_bytes, download_to};
+use crate::storage::{Body, Downloaded, download_bytes, download_first, download_to};
 use crate::util::lock::lock;
 use crate::util::single_flight::SingleFlight;
 
@@ -109,9 +113,11 @@ impl Downloads {
         files: Vec<File>,
     ) -> DfResult<Option<RecordBatch>> {
         let mut held: Vec<File> = Vec::with_capacity(files.len());
+        let mut pinned: Vec<File> = Vec::new();
         for file in files {
             match self.fetch_file(&file).await {
-                Ok(_) => {
+                Ok(first) => {
+                    pinned.extend(first);
                     if file.member().is_some() {
                         self.pin(file.parent());
                     }
@@ -133,7 +139,12 @@ impl Downloads {
                 },
             }
         }
-        Ok(Some(row))
+        if pinned.is_empty() {
+            return Ok(Some(row));
+        }
+        with_pinned(row, &self.file_cols, &pinned)
+            .map(Some)
+            .map_err(Error::into_df)
     }
 
     /// Holds `parent` one extra time, releasing the previously pinned parent.
@@ -161,25 +172,30 @@ impl Downloads {
     }
 
     /// Makes a local copy of `file` (of its parent, for a virtual file) and
-    /// counts one more row using it; true if it was downloaded (not already held).
-    /// One download per object at a time: rows sharing a parent wait for the
-    /// first download instead of starting their own.
-    async fn fetch_file(&self, file: &File) -> Result<bool, Error> {
+    /// counts one more row using it. One download per object at a time: rows
+    /// sharing a parent wait for the first download instead of starting their
+    /// own. A file whose size was not known (named by URL) and that this call
+    /// downloaded comes back pinned to its first response.
+    async fn fetch_file(&self, file: &File) -> Result<Option<File>, Error> {
         let file = &file.parent();
         self.fetching
             .run(&file_key(file), async || self.fetch_locked(file).await)
             .await
     }
 
-    async fn fetch_locked(&self, file: &File) -> Result<bool, Error> {
+    async fn fetch_locked(&self, file: &File) -> Result<Option<File>, Error> {
         if self.temp.acquire(file) || self.pins.acquire(file) {
             self.metrics.cache_hits.add(1);
-            return Ok(false);
+            return Ok(None);
+        }
+        // Named by URL: no shared-cache key before the response gives an etag.
+        if !file.size_known() {
+            return self.download_first(file).await.map(Some);
         }
         if let Some(pin) = self.shared_cache.get().and_then(|c| c.pin(file)) {
             self.pins.hold(file, pin);
             self.metrics.cache_hits.add(1);
-            return Ok(false);
+            return Ok(None);
         }
         match (self.shared_cache.get(), self.into_cache) {
             (Some(cache), true) => {
@@ -190,25 +206,54 @@ impl Downloads {
                 if !downloaded {
                     self.metrics.cache_hits.add(1);
                 }
-                Ok(downloaded)
+                Ok(None)
             }
             _ if file.size <= self.memory_file_limit => {
                 let bytes = self.download_bytes(file).await?;
                 self.temp.insert_bytes(file, bytes);
-                Ok(true)
+                Ok(None)
             }
             _ => {
                 let dest = self.temp.new_path(file);
                 match self.download(file, &dest).await {
                     Ok(()) => {
                         self.temp.insert(file, dest);
-                        Ok(true)
+                        Ok(None)
                     }
                     Err(e) => {
                         let _ = tokio::fs::remove_file(&dest).await;
                         Err(e)
                     }
                 }
+            }
+        }
+    }
+
+    /// The first GET of `file`, whose size is not known, within the
+    /// connection cap: into memory up to `memory_file_limit` bytes, else into
+    /// the temp dir; returns `file` pinned to the response.
+    async fn download_first(&self, file: &File) -> Result<File, Error> {
+        let dest = self.temp.new_path(file);
+        let limit = self.memory_file_limit;
+        let to = dest.clone();
+        let result = self
+            .counted(file, |store, path, _url| async move {
+                let (pinned, body, d) = download_first(&store, &path, file, limit, &to).await?;
+                Ok(((pinned, body), d))
+            })
+            .await;
+        match result {
+            Ok((pinned, Body::Memory(bytes))) => {
+                self.temp.insert_bytes(file, bytes);
+                Ok(pinned)
+            }
+            Ok((pinned, Body::Disk)) => {
+                self.temp.insert(file, dest);
+                Ok(pinned)
+            }
+            Err(e) => {
+                let _ = tokio::fs::remove_file(&dest).await;
+                Err(e)
             }
         }
     }
@@ -256,4 +301,34 @@ impl Downloads {
         self.metrics.retries.add(d.retries as usize);
         Ok(value)
     }
+}
+
+/// `row` with each `File` whose size was not known (named by URL) replaced by
+/// its pinned version in `pinned` (same source and path): the UDF and every
+/// later operator see the size and etag of the first response, so their reads
+/// ask for that version.
+fn with_pinned(row: RecordBatch, cols: &[usize], pinned: &[File]) -> Result<RecordBatch, Error> {
+    let schema = row.schema();
+    let mut columns = row.columns().to_vec();
+    let convert = |e: udfchain_udfs::UdfError| Error::internal(format!("a File column: {e}"));
+    for &c in cols {
+        let mut files: Vec<Option<File>> = decode_column(&columns[c]).map_err(convert)?;
+        let mut changed = false;
+        for f in files.iter_mut().flatten() {
+            if f.size_known() {
+                continue;
+            }
+            if let Some(p) = pinned
+                .iter()
+                .find(|p| p.source == f.source && p.path == f.path)
+            {
+                *f = p.clone();
+                changed = true;
+            }
+        }
+        if changed {
+            columns[c] = encode_column(schema.field(c), &files).map_err(convert)?;
+        }
+    }
+    RecordBatch::try_new(schema, columns).map_err(|e| Error::internal(e.to_string()))
 }
