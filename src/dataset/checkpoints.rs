@@ -93,7 +93,7 @@ impl HeldCheckpoint {
     }
 }
 
-/// A checkpoint [`gc`] removed: its dir and the bytes it held.
+/// A checkpoint `Catalog::remove_stale_checkpoints` removed: its dir and the bytes it held.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RemovedCheckpoint {
     /// The checkpoint's dir.
