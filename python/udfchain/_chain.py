@@ -99,7 +99,9 @@ class Chain:
         """Settings for the UDFs added after this call: prefetch (int or "auto"),
         cache, cache_limit, parallel, workers, batch_size, ordered,
         max_connections, on_error ("fail", "skip", "null"), root, memory_limit,
-        memory_file_limit, progress, cluster, storage={option: value}; and
+        memory_file_limit, progress, cluster, checkpoints (True, False or
+        "fresh": saves resume from their checkpoint), delta_unsafe,
+        storage={option: value}; and
         processes=N (or True: one per core) to run Python UDFs in N worker
         processes (pure-Python CPU work on N cores; parallel defaults to N)."""
         processes = self._processes
