@@ -117,25 +117,11 @@ pub fn gc(root: &Path) -> Result<Vec<RemovedCheckpoint>> {
         if !dir.is_dir() {
             continue;
         }
-        let bytes = tree_bytes(&dir);
+        let bytes = super::dir_bytes(&dir);
         if owner::remove_if_orphan(&dir, owner::GRACE).map_err(|e| Error::io(dir.display(), e))? {
             removed.push(RemovedCheckpoint { dir, bytes });
         }
     }
     removed.sort_by(|a, b| a.dir.cmp(&b.dir));
     Ok(removed)
-}
-
-fn tree_bytes(dir: &Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
-    };
-    entries
-        .flatten()
-        .map(|e| match e.file_type() {
-            Ok(t) if t.is_dir() => tree_bytes(&e.path()),
-            Ok(_) => e.metadata().map(|m| m.len()).unwrap_or(0),
-            Err(_) => 0,
-        })
-        .sum()
 }

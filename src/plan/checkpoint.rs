@@ -14,7 +14,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use datafusion::arrow::datatypes::{DataType, Field, SchemaRef};
+use datafusion::arrow::datatypes::{Field, SchemaRef};
 use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::logical_expr::UserDefinedLogicalNodeCore;
 use sha2::{Digest, Sha256};
@@ -46,24 +46,21 @@ impl Checkpoint {
         let Some(params) = sig
             .params
             .iter()
-            .map(|p| {
-                let i = schema.index_of(p).ok()?;
-                Some((i, schema.field(i).data_type().clone()))
-            })
-            .collect::<Option<Vec<(usize, DataType)>>>()
+            .map(|p| schema.index_of(p).ok())
+            .collect::<Option<Vec<usize>>>()
         else {
             return Ok(None);
         };
         let types = params
             .iter()
-            .map(|(_, t)| SortField::new(t.clone()))
+            .map(|&i| SortField::new(schema.field(i).data_type().clone()))
             .collect();
-        if RowConverter::new(types).is_err() {
+        let Ok(converter) = RowConverter::new(types) else {
             return Ok(None);
-        }
+        };
         let dir = self.dir.join(node_dir(node));
         let (name, output): (String, Field) = (sig.name.clone(), sig.output.clone());
-        let memo = blocking(move || Memo::open(&dir, &name, params, &output)).await?;
+        let memo = blocking(move || Memo::open(&dir, &name, params, converter, &output)).await?;
         Ok(Some(Arc::new(memo)))
     }
 }

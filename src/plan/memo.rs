@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use datafusion::arrow::array::{Array, ArrayRef, FixedSizeBinaryArray, RecordBatch};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use datafusion::arrow::row::{RowConverter, SortField};
+use datafusion::arrow::row::RowConverter;
 use datafusion::error::Result as DfResult;
 use sha2::{Digest, Sha256};
 
@@ -76,26 +76,15 @@ struct Pending {
 
 impl Memo {
     /// Opens the memo in `dir` (created if missing) of UDF `name` whose params
-    /// are the input columns `params` and whose output is `output`, reading
-    /// every chunk in it. Blocking file work.
+    /// are the input columns `params` (encoded by `converter`) and whose
+    /// output is `output`, reading every chunk in it. Blocking file work.
     pub fn open(
         dir: &Path,
         name: &str,
-        params: Vec<(usize, DataType)>,
+        params: Vec<usize>,
+        converter: RowConverter,
         output: &Field,
     ) -> Result<Self> {
-        let converter = RowConverter::new(
-            params
-                .iter()
-                .map(|(_, t)| SortField::new(t.clone()))
-                .collect(),
-        )
-        .map_err(|e| {
-            Error::plan(format!(
-                "UDF {name}: its params cannot be checkpointed: {e}"
-            ))
-        })?;
-        let params = params.into_iter().map(|(i, _)| i).collect();
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir.display(), e))?;
         let schema = Arc::new(Schema::new(vec![
             Field::new("key", DataType::FixedSizeBinary(16), false),
@@ -191,6 +180,10 @@ impl Memo {
                 Some(&(c, r)) => at.push((c as usize, r as usize)),
                 None => return Ok(None),
             }
+        }
+        if let [(c, r)] = at[..] {
+            // One row (a map's call): a slice, not a walk over every chunk.
+            return Ok(Some(self.chunks[c].slice(r, 1)));
         }
         let arrays: Vec<&dyn Array> = self.chunks.iter().map(|c| c.as_ref()).collect();
         Ok(Some(datafusion::arrow::compute::interleave(&arrays, &at)?))
@@ -295,11 +288,16 @@ fn read_chunk(path: &Path, schema: &SchemaRef) -> Option<RecordBatch> {
 mod tests {
     use super::*;
     use datafusion::arrow::array::{StringArray, UInt64Array};
+    use datafusion::arrow::row::SortField;
 
     fn batch(names: &[&str]) -> RecordBatch {
         let schema = Arc::new(Schema::new(vec![Field::new("n", DataType::Utf8, false)]));
         RecordBatch::try_new(schema, vec![Arc::new(StringArray::from(names.to_vec()))])
             .expect("test")
+    }
+
+    fn utf8_keys() -> RowConverter {
+        RowConverter::new(vec![SortField::new(DataType::Utf8)]).expect("test")
     }
 
     fn out() -> Field {
@@ -309,9 +307,8 @@ mod tests {
     #[tokio::test]
     async fn kept_results_read_back_and_a_torn_chunk_is_ignored() {
         let dir = tempfile::tempdir().expect("test");
-        let memo = Arc::new(
-            Memo::open(dir.path(), "len", vec![(0, DataType::Utf8)], &out()).expect("test"),
-        );
+        let memo =
+            Arc::new(Memo::open(dir.path(), "len", vec![0], utf8_keys(), &out()).expect("test"));
         let b = batch(&["a", "bb", "ccc"]);
         let keys = memo.keys(&b).expect("test");
         assert_ne!(keys[0], keys[1]);
@@ -324,7 +321,7 @@ mod tests {
             b"ARROW1\0\0garbage",
         )
         .expect("test");
-        let memo = Memo::open(dir.path(), "len", vec![(0, DataType::Utf8)], &out()).expect("test");
+        let memo = Memo::open(dir.path(), "len", vec![0], utf8_keys(), &out()).expect("test");
         assert_eq!(memo.kept(), 3);
         let again = memo.keys(&batch(&["ccc", "a"])).expect("test");
         let values = memo.values(&again).expect("test").expect("both kept");
@@ -342,9 +339,8 @@ mod tests {
     #[tokio::test]
     async fn another_output_type_reuses_nothing() {
         let dir = tempfile::tempdir().expect("test");
-        let memo = Arc::new(
-            Memo::open(dir.path(), "len", vec![(0, DataType::Utf8)], &out()).expect("test"),
-        );
+        let memo =
+            Arc::new(Memo::open(dir.path(), "len", vec![0], utf8_keys(), &out()).expect("test"));
         let b = batch(&["a"]);
         memo.record(
             memo.keys(&b).expect("test"),
@@ -354,7 +350,7 @@ mod tests {
         drop(memo);
         let utf8 = Field::new("len", DataType::Utf8, true);
         assert_eq!(
-            Memo::open(dir.path(), "len", vec![(0, DataType::Utf8)], &utf8)
+            Memo::open(dir.path(), "len", vec![0], utf8_keys(), &utf8)
                 .expect("test")
                 .kept(),
             0
