@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use bytes::Bytes;
 use datafusion::execution::runtime_env::RuntimeEnv;
-use datafusion::object_store::{GetRange, ObjectStore, ObjectStoreExt, path::Path};
+use datafusion::object_store::{GetRange, ObjectStore, path::Path};
 use tokio::runtime::Handle;
 use udfchain_udfs::{File, FileSource, UdfError};
 
@@ -114,24 +114,16 @@ impl FileSource for StoreSource {
             return Ok(file.clone());
         }
         let (store, path) = self.resolve(file)?;
-        let pin = VersionPin::of(file);
+        let unsized_file = file.clone();
         let task = spawn_on(&self.io, async move {
-            store.head(&path).await.map_err(|e| pin.error(e))
+            crate::storage::stat(&store, &path, &unsized_file).await
         });
-        let meta = task
-            .await
+        task.await
             .map_err(|e| read_error(file, std::io::Error::other(e)))?
-            .map_err(|source| UdfError::Read {
+            .map_err(|e| UdfError::Read {
                 url: file.url(),
-                source,
-            })?;
-        Ok(File {
-            size: meta.size,
-            etag: meta.e_tag,
-            version: meta.version,
-            last_modified: Some(meta.last_modified.timestamp_millis()),
-            ..file.clone()
-        })
+                source: Box::new(e),
+            })
     }
 
     async fn read(&self, file: &File) -> Result<Bytes, UdfError> {

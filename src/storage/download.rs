@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use datafusion::object_store::path::Path;
-use datafusion::object_store::{GetOptions, GetRange, ObjectMeta, ObjectStore};
+use datafusion::object_store::{GetOptions, GetRange, ObjectMeta, ObjectStore, ObjectStoreExt};
 use futures::StreamExt;
 use udfchain_udfs::File;
 
@@ -213,13 +213,7 @@ pub async fn download_first(
     };
     let (d, meta) = download(store, path, file, &mut out).await?;
     let pinned = match meta {
-        Some(meta) => File {
-            size: d.bytes,
-            etag: meta.e_tag,
-            version: meta.version.or(file.version.clone()),
-            last_modified: Some(meta.last_modified.timestamp_millis()),
-            ..file.clone()
-        },
+        Some(meta) => pinned_to(file, meta, d.bytes),
         None => file.clone(),
     };
     let body = match out {
@@ -227,6 +221,28 @@ pub async fn download_first(
         _ => Body::Disk,
     };
     Ok((pinned, body, d))
+}
+
+/// `file`, whose size is not known (named by URL), pinned to a HEAD of it:
+/// the size, etag, version and modification time every later read asks for.
+pub async fn stat(store: &Arc<dyn ObjectStore>, path: &Path, file: &File) -> Result<File> {
+    let meta = store.head(path).await.map_err(|e| Error::Storage {
+        url: file.url(),
+        source: Arc::from(VersionPin::of(file).error(e)),
+    })?;
+    let size = meta.size;
+    Ok(pinned_to(file, meta, size))
+}
+
+/// `file` as the response `meta` (of `size` bytes) describes it.
+fn pinned_to(file: &File, meta: ObjectMeta, size: u64) -> File {
+    File {
+        size,
+        etag: meta.e_tag,
+        version: meta.version.or(file.version.clone()),
+        last_modified: Some(meta.last_modified.timestamp_millis()),
+        ..file.clone()
+    }
 }
 
 /// Downloads the whole object `file` into memory, with the retries,

@@ -26,7 +26,9 @@ mod open;
 mod plain_http;
 mod s3;
 
-pub use download::{Body, Downloaded, VersionPin, download_bytes, download_first, download_to};
+pub use download::{
+    Body, Downloaded, VersionPin, download_bytes, download_first, download_to, stat,
+};
 pub use explain::{explain, explain_at};
 pub use listing::{ListingExec, StorageTable, file_schema};
 pub use location::{Location, missing_path};

@@ -452,3 +452,89 @@ async fn stores_for_two_hosts_are_built_on_demand() {
     assert_eq!(servers[1].gets(), 5);
     assert_eq!(s3.object_gets(), 1);
 }
+
+/// Under `cache = true` a file named by URL is pinned by a HEAD and goes
+/// through the shared cache as a listed file does: the first run GETs each
+/// object once, a second run over the same URLs (a new session on the same
+/// cache dir) GETs none and reads the same bytes, and an object rewritten in
+/// between is fetched again, only it, at its new version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn urls_under_cache_true_are_fetched_once_across_runs() {
+    let s3 = S3Server::start();
+    let work = tempfile::tempdir().expect("dir");
+    let mut rows = Vec::new();
+    for i in 0..60 {
+        let key = format!("cached/{i:03}.bin");
+        let path = s3.bucket_dir().join(&key);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&path, content(i, 100 + i)).expect("write");
+        let url = format!("s3://{BUCKET}/{key}");
+        rows.push(UrlRow {
+            id: i as i64,
+            file: Some(File::from_url(&url).expect("url")),
+        });
+    }
+    let run = || {
+        let session = udfchain::Session::with_settings(
+            s3.settings()
+                .root(work.path().join("root"))
+                .cache(true)
+                .prefetch(8),
+        );
+        let rows = &rows;
+        async move {
+            let out: Vec<Pinned> = Chain::from_values_in(session, rows)
+                .map("n", |f: File| async move {
+                    f.read()
+                        .await
+                        .map(|b| hex_sha256(&b).len() as u64 + b.len() as u64)
+                })
+                .to_rows()
+                .await
+                .expect("run");
+            let mut out: Vec<(i64, u64, Option<String>, u64)> = out
+                .into_iter()
+                .map(|r| {
+                    let f = r.file.expect("file");
+                    (r.id, f.size, f.etag, r.n.expect("n"))
+                })
+                .collect();
+            out.sort();
+            out
+        }
+    };
+    let gets = s3.object_gets();
+    let first = run().await;
+    assert_eq!(s3.object_gets() - gets, 60, "one GET per URL");
+    for (id, size, etag, n) in &first {
+        let i = *id as usize;
+        assert_eq!(*size, (100 + i) as u64, "size pinned by the HEAD");
+        assert!(etag.is_some(), "etag pinned by the HEAD");
+        assert_eq!(*n, 64 + *size);
+    }
+
+    let (gets, requests) = (s3.object_gets(), s3.requests());
+    let second = run().await;
+    assert_eq!(
+        s3.object_gets() - gets,
+        0,
+        "every URL from the shared cache"
+    );
+    assert_eq!(
+        s3.requests() - requests,
+        60,
+        "one HEAD per URL, nothing else"
+    );
+    assert_eq!(second, first);
+
+    let path = s3.bucket_dir().join("cached/007.bin");
+    let tmp = path.with_extension("new");
+    std::fs::write(&tmp, b"rewritten").expect("write");
+    std::fs::rename(&tmp, &path).expect("rename");
+    let gets = s3.object_gets();
+    let third = run().await;
+    assert_eq!(s3.object_gets() - gets, 1, "only the rewritten object");
+    let seventh = third.iter().find(|r| r.0 == 7).expect("row 7");
+    assert_eq!((seventh.1, seventh.3), (9, 64 + 9));
+    assert_ne!(seventh.2, first[7].2, "its new etag");
+}

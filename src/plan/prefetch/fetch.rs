@@ -9,10 +9,12 @@
 //! a row dropped under `skip` releases the copies it took at once (its
 //! shared-cache pins included); under `null` the
 //! failed file holds a placeholder and its other files are still fetched.
-//! A file named by URL (size not known, see `File::size_known`) skips the
-//! shared-cache lookup (it has no etag to key it yet): its first GET goes to
-//! memory or the temp dir by the size the response gives, and the row is
-//! passed on with the file pinned to that response (size, etag, version).
+//! A file named by URL (size not known, see `File::size_known`) has no
+//! version to key a shared-cache entry by: under `cache = true` a HEAD pins
+//! it first and it goes on as a listed file (a rerun costs a HEAD, not a
+//! GET); otherwise its first GET goes to memory or the temp dir by the size
+//! the response gives. Either way the row is passed on with the file pinned
+//! to that response (size, etag, version).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -32,7 +34,7 @@ use crate::cache::{SharedCache, TempCache};
 use crate::error::Error;
 use crate::plan::skip_list::SkipList;
 use crate::settings::OnError;
-use crate::storage::{Body, Downloaded, download_bytes, download_first, download_to};
+use crate::storage::{Body, Downloaded, download_bytes, download_first, download_to, stat};
 use crate::util::lock::lock;
 use crate::util::single_flight::SingleFlight;
 
@@ -107,13 +109,25 @@ impl Downloads {
     /// A row passed on holds one reference per file in `temp` (under `null`, a
     /// placeholder for a file whose download failed), which the UDF above
     /// releases when the row is done; a skipped row releases what it took.
+    /// Also returns the bytes of the files of unknown size this row
+    /// downloaded first, as their responses gave them.
     pub(super) async fn fetch_row(
         &self,
         row: RecordBatch,
         files: Vec<File>,
+    ) -> (DfResult<Option<RecordBatch>>, usize) {
+        let mut pinned: Vec<File> = Vec::new();
+        let row = self.fetch_files(row, files, &mut pinned).await;
+        (row, pinned.iter().map(|f| f.size as usize).sum())
+    }
+
+    async fn fetch_files(
+        &self,
+        row: RecordBatch,
+        files: Vec<File>,
+        pinned: &mut Vec<File>,
     ) -> DfResult<Option<RecordBatch>> {
         let mut held: Vec<File> = Vec::with_capacity(files.len());
-        let mut pinned: Vec<File> = Vec::new();
         for file in files {
             match self.fetch_file(&file).await {
                 Ok(first) => {
@@ -142,7 +156,7 @@ impl Downloads {
         if pinned.is_empty() {
             return Ok(Some(row));
         }
-        with_pinned(row, &self.file_cols, &pinned)
+        with_pinned(row, &self.file_cols, pinned)
             .map(Some)
             .map_err(Error::into_df)
     }
@@ -188,14 +202,27 @@ impl Downloads {
             self.metrics.cache_hits.add(1);
             return Ok(None);
         }
-        // Named by URL: no shared-cache key before the response gives an etag.
         if !file.size_known() {
+            // Named by URL: no shared-cache key before a response names the
+            // version. Under `cache = true` a HEAD pins it first, so the
+            // entry is found (or written) as a listed file's is; otherwise
+            // the first GET pins it.
+            if self.into_cache && self.shared_cache.get().is_some() {
+                let pinned = self.head(file).await?;
+                return self.fetch_known(&pinned).await.map(|()| Some(pinned));
+            }
             return self.download_first(file).await.map(Some);
         }
+        self.fetch_known(file).await.map(|()| None)
+    }
+
+    /// [`Self::fetch_locked`] for a file of known size and version: a hit in
+    /// the shared cache, or a download into it, into memory or the temp dir.
+    async fn fetch_known(&self, file: &File) -> Result<(), Error> {
         if let Some(pin) = self.shared_cache.get().and_then(|c| c.pin(file)) {
             self.pins.hold(file, pin);
             self.metrics.cache_hits.add(1);
-            return Ok(None);
+            return Ok(());
         }
         match (self.shared_cache.get(), self.into_cache) {
             (Some(cache), true) => {
@@ -206,19 +233,19 @@ impl Downloads {
                 if !downloaded {
                     self.metrics.cache_hits.add(1);
                 }
-                Ok(None)
+                Ok(())
             }
             _ if file.size <= self.memory_file_limit => {
                 let bytes = self.download_bytes(file).await?;
                 self.temp.insert_bytes(file, bytes);
-                Ok(None)
+                Ok(())
             }
             _ => {
                 let dest = self.temp.new_path(file);
                 match self.download(file, &dest).await {
                     Ok(()) => {
                         self.temp.insert(file, dest);
-                        Ok(None)
+                        Ok(())
                     }
                     Err(e) => {
                         let _ = tokio::fs::remove_file(&dest).await;
@@ -227,6 +254,21 @@ impl Downloads {
                 }
             }
         }
+    }
+
+    /// `file` (size not known) pinned to a HEAD of it, made within the
+    /// connection cap (not counted as a fetch: it moves no body).
+    async fn head(&self, file: &File) -> Result<File, Error> {
+        let (store, path) = self.source.resolve(file).map_err(|e| Error::Storage {
+            url: file.url(),
+            source: Arc::new(e),
+        })?;
+        let _slot = self
+            .connections
+            .acquire()
+            .await
+            .map_err(|e| Error::internal(format!("connection slots: {e}")))?;
+        stat(&store, &path, file).await
     }
 
     /// The first GET of `file`, whose size is not known, within the

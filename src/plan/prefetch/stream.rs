@@ -78,6 +78,12 @@ pub(super) struct Fetched {
     row: DfResult<Option<RecordBatch>>,
     /// Bytes charged to the memory pool for it.
     bytes: usize,
+    /// Of `bytes`, what was estimated for files of unknown size (named by
+    /// URL), and how many such files the row has.
+    estimated: usize,
+    unsized_files: usize,
+    /// The sizes the first responses gave those files.
+    learned: usize,
 }
 
 pub(super) type Fetch = PoolTask<Fetched>;
@@ -131,6 +137,15 @@ impl Reorder {
         self.in_flight_bytes += cost;
         self.started_bytes += cost;
         self.started_rows += 1;
+    }
+
+    /// Row `seq`, still in flight, turned out to cost `cost` (its files'
+    /// sizes learned from their first responses).
+    fn resize(&mut self, seq: u64, cost: usize) {
+        if let Some(old) = self.in_flight.insert(seq, cost) {
+            self.in_flight_bytes = self.in_flight_bytes - old + cost;
+            self.started_bytes = self.started_bytes - old + cost;
+        }
     }
 
     /// A row finished: into the buffer (its turn comes out of `pop`).
@@ -230,6 +245,9 @@ pub(super) struct PrefetchStream {
     /// `ordered = true` with the UDF operator reordering: rows are handed on
     /// as they finish (see [`Handoff`]).
     pub(super) handoff: Option<Arc<Handoff>>,
+    /// Bytes and count of the files of unknown size fetched so far: their
+    /// mean is what the next such file is charged until its size is known.
+    learned: (usize, usize),
 }
 
 impl PrefetchStream {
@@ -259,6 +277,7 @@ impl PrefetchStream {
             reservation,
             downloads,
             handoff: handoff.filter(|_| ordered),
+            learned: (0, 0),
         }
     }
 
@@ -269,8 +288,15 @@ impl PrefetchStream {
             let Some((_, files)) = self.rows.front() else {
                 break;
             };
-            // A virtual file is charged its parent, the object downloaded.
-            let bytes: usize = files.iter().map(|f| f.parent().size as usize).sum();
+            // A virtual file is charged its parent, the object downloaded; a
+            // file of unknown size the mean of those fetched so far.
+            let unsized_files = files.iter().filter(|f| !f.size_known()).count();
+            let estimated = unsized_files * self.learned.0.div_ceil(self.learned.1.max(1));
+            let bytes = estimated
+                + files
+                    .iter()
+                    .map(|f| f.parent().size as usize)
+                    .sum::<usize>();
             if let Some(r) = &self.reorder
                 && !r.admits(self.next_seq, cost_of(bytes), self.window)
             {
@@ -287,8 +313,29 @@ impl PrefetchStream {
             let Some((row, files)) = self.rows.pop_front() else {
                 break;
             };
-            self.start(row, files, bytes);
+            self.start(row, files, bytes, (estimated, unsized_files));
         }
+    }
+
+    /// A row with files of unknown size finished: charges it what their
+    /// first responses said instead of the estimate (the memory pool and the
+    /// reorder bound), and learns their sizes for the next estimate.
+    fn learn(&mut self, f: &mut Fetched) {
+        if f.unsized_files == 0 {
+            return;
+        }
+        self.learned.0 += f.learned;
+        self.learned.1 += f.unsized_files;
+        let actual = f.bytes - f.estimated + f.learned;
+        if actual > f.bytes {
+            self.reservation.grow(actual - f.bytes);
+        } else {
+            self.reservation.shrink(f.bytes - actual);
+        }
+        if let Some(r) = &mut self.reorder {
+            r.resize(f.seq, cost_of(actual));
+        }
+        f.bytes = actual;
     }
 
     pub(super) async fn next(&mut self) -> Option<DfResult<RecordBatch>> {
@@ -344,7 +391,10 @@ impl PrefetchStream {
                 done = self.in_flight.next(), if !self.in_flight.is_empty() => {
                     self.downloads.metrics.udf_wait.add_duration(waited.elapsed());
                     match done {
-                        Some(Ok(f)) => Some(f),
+                        Some(Ok(mut f)) => {
+                            self.learn(&mut f);
+                            Some(f)
+                        }
                         Some(Err(panic)) => {
                             return Some(Err(Error::internal(format!("prefetch task {panic}")).into_df()));
                         }
@@ -419,7 +469,13 @@ impl PrefetchStream {
         }
     }
 
-    fn start(&mut self, row: RecordBatch, files: Vec<File>, bytes: usize) {
+    fn start(
+        &mut self,
+        row: RecordBatch,
+        files: Vec<File>,
+        bytes: usize,
+        (estimated, unsized_files): (usize, usize),
+    ) {
         let seq = self.next_seq;
         self.next_seq += 1;
         if let Some(r) = &mut self.reorder {
@@ -427,8 +483,15 @@ impl PrefetchStream {
         }
         let downloads = Arc::clone(&self.downloads);
         let task = spawn_on(&tokio::runtime::Handle::current(), async move {
-            let row = downloads.fetch_row(row, files).await;
-            Fetched { seq, row, bytes }
+            let (row, learned) = downloads.fetch_row(row, files).await;
+            Fetched {
+                seq,
+                row,
+                bytes,
+                estimated,
+                unsized_files,
+                learned,
+            }
         });
         self.in_flight.push(task);
     }
@@ -467,6 +530,9 @@ mod tests {
             seq,
             row: Ok(None),
             bytes,
+            estimated: 0,
+            unsized_files: 0,
+            learned: 0,
         }
     }
 
