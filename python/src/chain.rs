@@ -237,6 +237,12 @@ impl PyChain {
         }))
     }
 
+    /// Declares the version of the UDF added last (`Chain::version`): a
+    /// save's checkpoint is keyed by it, so a new version starts over.
+    fn version(&self, version: &str) -> PyChain {
+        of(self.chain.clone().version(version))
+    }
+
     /// Runs the chain: its rows as one Arrow IPC stream.
     fn collect<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
         let c = self.chain.clone();

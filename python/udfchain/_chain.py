@@ -41,6 +41,15 @@ def udf_invoker(fn, kind: str, t: pa.DataType, processes: int | None):
     return invoker(fn, kind, t) if processes is None else remote(fn, kind, t, processes)
 
 
+def version_of(v) -> str:
+    """`version=`: a string or a whole number, as text."""
+    if isinstance(v, str) and v:
+        return v
+    if isinstance(v, int) and not isinstance(v, bool):
+        return str(v)
+    raise TypeError(f"version must be a non-empty string or a whole number, got {v!r}")
+
+
 def setting_pairs(kw: dict) -> list[tuple[str, str]]:
     """`settings(**kw)` as (name, text) pairs for `Settings::set`."""
     pairs = []
@@ -157,7 +166,7 @@ class Chain:
 
     # UDFs
 
-    def _udf(self, kind, named, params, output, partition_by=()):
+    def _udf(self, kind, named, params, output, version, partition_by=()):
         if len(named) != 1:
             raise TypeError(f"{kind}() takes one output=function pair, e.g. {kind}(meta=image_meta)")
         (out_name, fn), = named.items()
@@ -165,34 +174,41 @@ class Chain:
         name = getattr(fn, "__name__", out_name)
         if name == "<lambda>":
             name = out_name
-        return self._next(
-            self._c.udf(
-                kind,
-                name,
-                params_of(fn, params),
-                schema_ipc(out_name, t),
-                udf_invoker(fn, kind, t, self._processes),
-                list(partition_by),
-            )
+        c = self._c.udf(
+            kind,
+            name,
+            params_of(fn, params),
+            schema_ipc(out_name, t),
+            udf_invoker(fn, kind, t, self._processes),
+            list(partition_by),
         )
+        if version is not None:
+            c = c.version(version_of(version))
+        return self._next(c)
 
-    def map(self, params=None, output=None, **named) -> Chain:
-        """Adds a column per row: `map(meta=image_meta)`; `image_meta(file)` reads column `file`."""
-        return self._udf("map", named, params, output)
+    # `version=` on each UDF: what a save's checkpoint is keyed by besides
+    # the plan, the UDF's name, params and output (docs/python.md, "Resuming
+    # a save"). Without it, a function edited after a failed save continues
+    # from the rows kept, as DataChain's partial checkpoints do.
 
-    def gen(self, params=None, output=None, **named) -> Chain:
+    def map(self, params=None, output=None, version=None, **named) -> Chain:
+        """Adds a column per row: `map(meta=image_meta)`; `image_meta(file)` reads column `file`.
+        `version="2"`: a save does not reuse the checkpoint of another version."""
+        return self._udf("map", named, params, output, version)
+
+    def gen(self, params=None, output=None, version=None, **named) -> Chain:
         """Zero or more rows per row: the function yields values (annotate Iterator[T])."""
-        return self._udf("gen", named, params, output)
+        return self._udf("gen", named, params, output, version)
 
-    def batch_map(self, params=None, output=None, batch_size=None, **named) -> Chain:
+    def batch_map(self, params=None, output=None, batch_size=None, version=None, **named) -> Chain:
         """A column computed batch_size rows at a time: the function gets one list per param."""
         c = self if batch_size is None else self.settings(batch_size=batch_size)
-        return c._udf("batch_map", named, params, output)
+        return c._udf("batch_map", named, params, output, version)
 
-    def agg(self, params=None, output=None, partition_by=(), **named) -> Chain:
+    def agg(self, params=None, output=None, partition_by=(), version=None, **named) -> Chain:
         """One call per group of equal partition_by values, with one list per param; yields values."""
         keys = [partition_by] if isinstance(partition_by, str) else list(partition_by)
-        return self._udf("agg", named, params, output, keys)
+        return self._udf("agg", named, params, output, version, keys)
 
     # runs
 
