@@ -43,6 +43,19 @@ pub struct Record {
     pub mb_per_s: Option<f64>,
     /// flight: MB/s reading the same Arrow IPC from memory.
     pub ipc_mb_per_s: Option<f64>,
+    /// flight: server -> client, "udfchain->rust", "udfchain->pyarrow" or
+    /// "pyarrow->pyarrow" (the reference).
+    pub peer: Option<&'static str>,
+    /// flight: timed rounds (after one warm-up); `seconds` is the best.
+    pub rounds: Option<usize>,
+    /// flight: mb_per_s / the pyarrow->pyarrow reference's, measured in the same run.
+    pub ratio_to_reference: Option<f64>,
+    /// flight: the ratio_to_reference this peer aims at (reported, not asserted).
+    pub target_ratio: Option<f64>,
+    /// The 1-minute load average when the run ended.
+    pub load_average: Option<f64>,
+    /// Why this run has no numbers (e.g. no pyarrow).
+    pub error: Option<String>,
 }
 
 fn opt(v: Option<f64>, digits: usize) -> String {
@@ -100,6 +113,16 @@ pub fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("target"))
+}
+
+/// The 1-minute load average, from /proc (None where there is none).
+pub fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// The process's resident set, from /proc (0 where there is none).

@@ -232,7 +232,12 @@ impl BoundServer {
                     .max_decoding_message_size(16 * 1024 * 1024)
                     .max_encoding_message_size(usize::MAX),
             )
-            .serve_with_incoming_shutdown(TcpIncoming::from(listener), signal);
+            .serve_with_incoming_shutdown(
+                // No Nagle: the last segment of each partition goes out at
+                // once instead of waiting for the client's delayed ACK.
+                TcpIncoming::from(listener).with_nodelay(Some(true)),
+                signal,
+            );
         let grace = server.shutdown_grace;
         let result = tokio::select! {
             r = serve => r.map_err(|e| Error::Io {
