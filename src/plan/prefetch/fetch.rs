@@ -259,15 +259,7 @@ impl Downloads {
     /// `file` (size not known) pinned to a HEAD of it, made within the
     /// connection cap (not counted as a fetch: it moves no body).
     async fn head(&self, file: &File) -> Result<File, Error> {
-        let (store, path) = self.source.resolve(file).map_err(|e| Error::Storage {
-            url: file.url(),
-            source: Arc::new(e),
-        })?;
-        let _slot = self
-            .connections
-            .acquire()
-            .await
-            .map_err(|e| Error::internal(format!("connection slots: {e}")))?;
+        let (store, path, _slot) = self.connect(file).await?;
         stat(&store, &path, file).await
     }
 
@@ -317,21 +309,38 @@ impl Downloads {
         .await
     }
 
+    /// The store and path of `file`, and a slot of the connection cap held
+    /// for as long as the permit lives.
+    async fn connect(
+        &self,
+        file: &File,
+    ) -> Result<
+        (
+            Arc<dyn object_store::ObjectStore>,
+            object_store::path::Path,
+            tokio::sync::SemaphorePermit<'_>,
+        ),
+        Error,
+    > {
+        let (store, path) = self.source.resolve(file).map_err(|e| Error::Storage {
+            url: file.url(),
+            source: Arc::new(e),
+        })?;
+        let slot = self
+            .connections
+            .acquire()
+            .await
+            .map_err(|e| Error::internal(format!("connection slots: {e}")))?;
+        Ok((store, path, slot))
+    }
+
     /// Runs one download of `file` within the connection cap and counts it.
     async fn counted<T, F, Fut>(&self, file: &File, run: F) -> Result<T, Error>
     where
         F: FnOnce(Arc<dyn object_store::ObjectStore>, object_store::path::Path, String) -> Fut,
         Fut: Future<Output = Result<(T, Downloaded), Error>>,
     {
-        let (store, path) = self.source.resolve(file).map_err(|e| Error::Storage {
-            url: file.url(),
-            source: Arc::new(e),
-        })?;
-        let _slot = self
-            .connections
-            .acquire()
-            .await
-            .map_err(|e| Error::internal(format!("connection slots: {e}")))?;
+        let (store, path, _slot) = self.connect(file).await?;
         let now = self.active.fetch_add(1, Ordering::SeqCst) + 1;
         self.metrics.peak_in_flight.set_max(now);
         let result = run(store, path, file.url()).await;
