@@ -2,7 +2,8 @@
 //! CPython 3.10 and later), used by the `udfchain` Python package, which gives
 //! them DataChain's names. Layers: `runtime` (the one runtime every call waits
 //! on, Ctrl-C, fork), `calls` (Python calls from engine threads, interpreter
-//! exit), `arrow` (Arrow across the boundary), `error`; `file` and `udf`
+//! exit), `arrow` (Arrow across the boundary as IPC) and `values` (as Python
+//! lists, for plain types), `error`; `file` and `udf`
 //! (Python functions as engine UDFs, reading through the engine's file
 //! source); `expr`, `chain`, `sql` and `loader` (what Python builds and runs).
 //! Everything here uses the engine's public API only.
@@ -17,6 +18,7 @@ mod loader;
 mod runtime;
 mod sql;
 mod udf;
+mod values;
 
 use pyo3::prelude::*;
 

@@ -10,18 +10,22 @@
 //! traceback in the message, so `on_error` treats it as any UDF error; an
 //! output of the wrong type or length is an error naming the UDF.
 //!
-//! The Python side (`udfchain/_udf.py`) gets the call's rows as an Arrow IPC
-//! stream and a `FileAccess`, and returns the output column as an IPC stream.
+//! The Python side (`udfchain/_udf.py`'s `Invoker`) gets the call's rows as
+//! Python lists when every column is of a plain type (`values.rs`: no pyarrow
+//! on the per-file path) and returns its values, which this side converts
+//! when their type is plain; otherwise, and for worker processes, the rows go
+//! as an Arrow IPC stream and the output comes back as one.
 
 use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::arrow::array::{ArrayRef, RecordBatch};
-use datafusion::arrow::datatypes::Field;
+use datafusion::arrow::datatypes::{DataType, Field};
 use futures::stream::{self, BoxStream, StreamExt};
+use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBytes, PyList};
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 use udfchain::udfs::{
@@ -32,6 +36,7 @@ use udfchain::udfs::{
 use crate::arrow::{column_from_ipc, to_ipc};
 use crate::calls::{self, Abandon};
 use crate::file::FileAccess;
+use crate::values;
 
 /// A Python exception raised by a UDF, with its traceback.
 #[derive(Debug, thiserror::Error)]
@@ -43,6 +48,45 @@ pub struct PyUdf {
     /// `invoke(ipc: bytes, files: FileAccess) -> bytes` for map, batch_map and
     /// agg; `invoke(ipc, files, max_rows) -> iterator of bytes` for gen.
     invoke: Arc<Py<PyAny>>,
+    /// `invoke` is an in-process `Invoker`: it also takes Python lists
+    /// (`values(cols)`, `gen(cols, max_rows)`) and encodes (`encode(values)`).
+    direct: bool,
+}
+
+/// What a call returned: an array built here, or pyarrow's IPC stream.
+enum Output {
+    Array(ArrayRef),
+    Ipc(Vec<u8>),
+}
+
+/// The rows of one call as the invoker takes them.
+enum Input {
+    /// Every column is plain: Python lists are built under the GIL.
+    Rows(RecordBatch),
+    Ipc(Vec<u8>),
+}
+
+impl Input {
+    fn of(input: RecordBatch, direct: bool) -> Result<Self, CallError> {
+        if direct && values::plain_batch(&input) {
+            Ok(Self::Rows(input))
+        } else {
+            ipc_of(&input).map(Self::Ipc)
+        }
+    }
+
+    /// The positional arguments before `max_rows` for `gen` / the whole call
+    /// for the others: `(cols,)` for `Rows`, `(ipc, files)` for `Ipc`.
+    fn args<'py>(
+        &self,
+        py: Python<'py>,
+        files: &Bound<'py, FileAccess>,
+    ) -> PyResult<Vec<Bound<'py, PyAny>>> {
+        Ok(match self {
+            Self::Rows(batch) => vec![values::columns(py, batch, files.as_any())?.into_any()],
+            Self::Ipc(ipc) => vec![PyBytes::new(py, ipc).into_any(), files.clone().into_any()],
+        })
+    }
 }
 
 impl fmt::Debug for PyUdf {
@@ -53,6 +97,12 @@ impl fmt::Debug for PyUdf {
 
 impl PyUdf {
     pub fn new(name: &str, params: Vec<String>, output: Field, invoke: Arc<Py<PyAny>>) -> Self {
+        let direct = Python::attach(|py| {
+            let i = invoke.bind(py);
+            i.hasattr(intern!(py, "values")).unwrap_or(false)
+                && i.hasattr(intern!(py, "gen")).unwrap_or(false)
+                && i.hasattr(intern!(py, "encode")).unwrap_or(false)
+        });
         Self {
             signature: Signature {
                 name: name.to_string(),
@@ -61,6 +111,7 @@ impl PyUdf {
                 output,
             },
             invoke,
+            direct,
         }
     }
 
@@ -91,13 +142,16 @@ impl PyUdf {
         CallError { row, source }
     }
 
-    /// The output column from the invoker's IPC bytes, checked against the
-    /// declared type and `rows` (when the kind fixes the count).
-    fn output(&self, bytes: &[u8], rows: Option<usize>) -> Result<ArrayRef, CallError> {
-        let array = column_from_ipc(bytes).map_err(|e| UdfError::Convert {
-            what: format!("the output of {}", self.signature.name),
-            message: e.to_string(),
-        })?;
+    /// The output column from the invoker's IPC bytes or built array,
+    /// checked against the declared type and `rows` (when the kind fixes it).
+    fn output(&self, out: Output, rows: Option<usize>) -> Result<ArrayRef, CallError> {
+        let array = match out {
+            Output::Array(a) => a,
+            Output::Ipc(bytes) => column_from_ipc(&bytes).map_err(|e| UdfError::Convert {
+                what: format!("the output of {}", self.signature.name),
+                message: e.to_string(),
+            })?,
+        };
         let want = self.signature.output.data_type();
         if array.data_type() != want {
             return Err(UdfError::Contract(format!(
@@ -120,27 +174,51 @@ impl PyUdf {
         Ok(array)
     }
 
+    /// One call of map, batch_map or agg, holding the GIL: `values(cols)`
+    /// and this side's conversion, or pyarrow's (`encode`) for what it does
+    /// not build; or the IPC stream both ways.
+    fn invoke(
+        py: Python<'_>,
+        invoke: &Py<PyAny>,
+        input: &Input,
+        files: &Bound<'_, FileAccess>,
+        want: &DataType,
+    ) -> PyResult<Output> {
+        let args = input.args(py, files)?;
+        let invoke = invoke.bind(py);
+        if !matches!(input, Input::Rows(_)) {
+            return Ok(Output::Ipc(invoke.call1((&args[0], &args[1]))?.extract()?));
+        }
+        let out = invoke
+            .call_method1(intern!(py, "values"), (&args[0],))?
+            .cast_into::<PyList>()?;
+        if let Some(array) = values::array(&out, want) {
+            return Ok(Output::Array(array));
+        }
+        let ipc = invoke.call_method1(intern!(py, "encode"), (out,))?;
+        Ok(Output::Ipc(ipc.extract()?))
+    }
+
     /// One call: `input` to the invoker on a blocking thread holding the GIL.
     async fn call(&self, input: RecordBatch, rows: Option<usize>) -> Result<ArrayRef, CallError> {
         let abandon = Abandon::default();
         let files = FileAccess::new(current_source()?, Handle::current(), abandon.clone());
-        let ipc = ipc_of(&input)?;
+        let input = Input::of(input, self.direct)?;
         let invoke = Arc::clone(&self.invoke);
+        let want = self.signature.output.data_type().clone();
         let _unwanted_when_dropped = abandon.guard();
         let out = tokio::task::spawn_blocking(move || {
             let _running = calls::enter(&abandon).map_err(CallError::whole)?;
             Python::attach(|py| {
                 let files = Bound::new(py, files).map_err(|e| Self::failure(py, e))?;
-                let result = invoke
-                    .call1(py, (PyBytes::new(py, &ipc), files.clone()))
-                    .and_then(|r| r.extract::<Vec<u8>>(py));
+                let result = Self::invoke(py, &invoke, &input, &files, &want);
                 files.get().close();
                 result.map_err(|e| Self::failure(py, e))
             })
         })
         .await
         .map_err(|e| CallError::whole(UdfError::Contract(format!("Python call failed: {e}"))))??;
-        self.output(&out, rows)
+        self.output(out, rows)
     }
 }
 
@@ -206,8 +284,8 @@ impl Generator for PyUdf {
             Ok(s) => s,
             Err(e) => return stream::once(async move { Err(e.into()) }).boxed(),
         };
-        let ipc = match ipc_of(&input) {
-            Ok(b) => b,
+        let input = match Input::of(input, self.direct) {
+            Ok(i) => i,
             Err(e) => return stream::once(async move { Err(e) }).boxed(),
         };
         // Set when the stream is dropped (its guard lives in the stream's state).
@@ -230,10 +308,15 @@ impl Generator for PyUdf {
                     Err(e) => return drop(tx.blocking_send(Err(Self::failure(py, e)))),
                 };
                 let run = || -> PyResult<()> {
-                    let chunks = invoke
-                        .call1(py, (PyBytes::new(py, &ipc), files.clone(), max_rows.max(1)))?
-                        .into_bound(py)
-                        .try_iter()?;
+                    let mut args = input.args(py, &files)?;
+                    let invoke = invoke.bind(py);
+                    let chunks = if matches!(input, Input::Rows(_)) {
+                        let cols = args.swap_remove(0);
+                        invoke.call_method1(intern!(py, "gen"), (cols, max_rows.max(1)))?
+                    } else {
+                        invoke.call1((&args[0], &args[1], max_rows.max(1)))?
+                    }
+                    .try_iter()?;
                     for chunk in chunks {
                         let bytes: Vec<u8> = chunk?.extract()?;
                         if py.detach(|| tx.blocking_send(Ok(bytes))).is_err() {
@@ -253,12 +336,16 @@ impl Generator for PyUdf {
         let this = Self {
             signature: self.signature.clone(),
             invoke: Arc::clone(&self.invoke),
+            direct: self.direct,
         };
         stream::unfold(
             (rx, Some(thread), this, unwanted_when_dropped),
             |(mut rx, thread, this, guard)| async move {
                 match rx.recv().await {
-                    Some(Ok(bytes)) => Some((this.output(&bytes, None), (rx, thread, this, guard))),
+                    Some(Ok(bytes)) => Some((
+                        this.output(Output::Ipc(bytes), None),
+                        (rx, thread, this, guard),
+                    )),
                     Some(Err(e)) => Some((Err(e), (rx, thread, this, guard))),
                     None => {
                         // The thread ended: a panic there is this call's error.

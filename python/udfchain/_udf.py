@@ -109,13 +109,37 @@ def output_type(fn, output, kind: str) -> pa.DataType:
     return arrow_type(ret, where)
 
 
-def invoker(fn, kind: str, t: pa.DataType):
-    """The invoker of `fn` as a UDF of `kind` with values of type `t`."""
-    name = _name(fn)
-    encode = _Encoder(t)
+class Invoker:
+    """`fn` as a UDF of `kind` with values of type `t`, called by the engine.
 
-    def call_map(ipc, access):
+    Two ways in, one behaviour: `invoker(ipc, access[, max_rows])` takes the
+    rows as an Arrow IPC stream (a worker process's calls, and any column
+    type); `values(cols)` / `gen(cols, max_rows)` take them as Python lists
+    the engine built itself (`python/src/values.rs`, for the plain column
+    types), which skips pyarrow on the per-file path. `values` returns the
+    outputs unconverted, for the engine to convert when their type is plain;
+    `encode` converts the rest."""
+
+    def __init__(self, fn, kind: str, t: pa.DataType):
+        self.fn = fn
+        self.kind = kind
+        self.name = _name(fn)
+        self._encode = _Encoder(t)
+
+    def __call__(self, ipc, access, *rest):
         cols = _columns(ipc, access)
+        if self.kind == "gen":
+            return self.gen(cols, *rest)
+        return self.encode(self.values(cols))
+
+    def values(self, cols: list[list]) -> list:
+        """The outputs of one call (one per row for map and batch_map)."""
+        fn, name = self.fn, self.name
+        if self.kind != "map":
+            try:
+                return list(fn(*cols))
+            except Exception as e:
+                raise _failure(name, None, e) from None
         # One map() over the columns: no per-row Python work but the call. On
         # an exception, the first column's iterator says which row raised.
         first = iter(cols[0])
@@ -125,31 +149,32 @@ def invoker(fn, kind: str, t: pa.DataType):
             raise _failure(name, len(cols[0]) - 1 - first.__length_hint__(), e) from None
         if len(out) != len(cols[0]):  # a StopIteration out of fn ends map() early
             raise _failure(name, len(out), RuntimeError(f"{name} raised StopIteration"))
-        try:
-            return encode(out)
-        except ConvertError as e:
-            raise _failure(name, None, e) from None
+        return out
 
-    def call_whole(ipc, access):
-        cols = _columns(ipc, access)
+    def encode(self, out: list) -> bytes:
+        """`out` as an IPC stream, or UdfFailure at the first value that does not convert."""
         try:
-            out = list(fn(*cols))
-            return encode(out)
-        except Exception as e:
-            raise _failure(name, None, e) from None
+            return self._encode(out)
+        except Exception as e:  # ConvertError names its row
+            raise _failure(self.name, None, e) from None
 
-    def call_gen(ipc, access, max_rows):
-        cols = _columns(ipc, access)
+    def gen(self, cols: list[list], max_rows: int):
+        """A generator's chunks of at most `max_rows` values, as IPC streams."""
         chunk = []
         try:
-            for v in fn(*[c[0] for c in cols]):
+            for v in self.fn(*[c[0] for c in cols]):
                 chunk.append(v)
                 if len(chunk) >= max_rows:
-                    yield encode(chunk)
+                    yield self._encode(chunk)
                     chunk = []
             if chunk:
-                yield encode(chunk)
+                yield self._encode(chunk)
         except Exception as e:
-            raise _failure(name, 0, e) from None
+            raise _failure(self.name, 0, e) from None
 
-    return {"map": call_map, "batch_map": call_whole, "agg": call_whole, "gen": call_gen}[kind]
+
+def invoker(fn, kind: str, t: pa.DataType) -> Invoker:
+    """The invoker of `fn` as a UDF of `kind` with values of type `t`."""
+    if kind not in ("map", "batch_map", "agg", "gen"):
+        raise ValueError(f"unknown UDF kind {kind!r}")
+    return Invoker(fn, kind, t)
