@@ -1,12 +1,14 @@
 """Python functions as engine UDFs: the invokers the Rust `PyUdf` calls.
 
-Each invoker gets one call's rows as an Arrow IPC stream (exactly the UDF's
-params columns, in order) and the call's `FileAccess`, calls the function,
-and returns its output column as an IPC stream. Guarantees: File columns
-arrive as `udfchain.File` objects, other columns as Python values; an
-exception of the function (or a value that does not convert) is raised as
-`UdfFailure` with the row it happened at (when known) and the Python
-traceback, which the engine puts in its error naming the UDF and the file.
+An `Invoker` gets one call's rows (exactly the UDF's params columns, in
+order) as Python lists the engine built (plain column types) or as an Arrow
+IPC stream (any type; worker processes), calls the function, and returns its
+values (the engine converts plain types itself) or an IPC stream. Guarantees:
+File columns arrive as `udfchain.File` objects, other columns as the values
+`to_pylist()` gives; an exception of the function (or a value that does not
+convert) is raised as `UdfFailure` with the row it happened at (when known)
+and the Python traceback, which the engine puts in its error naming the UDF
+and the file.
 """
 
 from __future__ import annotations
