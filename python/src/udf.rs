@@ -25,7 +25,7 @@ use datafusion::arrow::datatypes::{DataType, Field};
 use futures::stream::{self, BoxStream, StreamExt};
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList};
+use pyo3::types::{PyBytes, PyList, PyString};
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 use udfchain::udfs::{
@@ -48,8 +48,10 @@ pub struct PyUdf {
     /// `invoke(ipc: bytes, files: FileAccess) -> bytes` for map, batch_map and
     /// agg; `invoke(ipc, files, max_rows) -> iterator of bytes` for gen.
     invoke: Arc<Py<PyAny>>,
-    /// `invoke` is an in-process `Invoker`: it also takes Python lists
-    /// (`values(cols)`, `gen(cols, max_rows)`) and encodes (`encode(values)`).
+    /// `invoke` also takes Python lists (`values(cols, files)`, `gen(cols,
+    /// files, max_rows)`), answers with values (a list, or IPC bytes when it
+    /// encoded them itself) and converts what this side does not
+    /// (`encode(values)`): `_udf.Invoker` and the worker pool's `Remote`.
     direct: bool,
 }
 
@@ -75,18 +77,48 @@ impl Input {
         }
     }
 
-    /// The positional arguments before `max_rows` for `gen` / the whole call
-    /// for the others: `(cols,)` for `Rows`, `(ipc, files)` for `Ipc`.
-    fn args<'py>(
+    /// The rows as the call's first argument: a list of columns, or IPC bytes.
+    fn arg<'py>(
         &self,
         py: Python<'py>,
         files: &Bound<'py, FileAccess>,
-    ) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    ) -> PyResult<Bound<'py, PyAny>> {
         Ok(match self {
-            Self::Rows(batch) => vec![values::columns(py, batch, files.as_any())?.into_any()],
-            Self::Ipc(ipc) => vec![PyBytes::new(py, ipc).into_any(), files.clone().into_any()],
+            Self::Rows(batch) => values::columns(py, batch, files.as_any())?.into_any(),
+            Self::Ipc(ipc) => PyBytes::new(py, ipc).into_any(),
         })
     }
+
+    /// The invoker's method for these rows: `values`/`gen` for lists, the
+    /// invoker itself for IPC.
+    fn method<'py>(
+        &self,
+        invoke: &Bound<'py, PyAny>,
+        list_method: &Bound<'py, PyString>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        match self {
+            Self::Rows(_) => invoke.getattr(list_method),
+            Self::Ipc(_) => Ok(invoke.clone()),
+        }
+    }
+}
+
+/// Values from the invoker (a list, or IPC bytes it encoded) as an output:
+/// a list of a plain type is converted here, any other goes to `encode`.
+fn output_of(
+    py: Python<'_>,
+    invoke: &Bound<'_, PyAny>,
+    out: Bound<'_, PyAny>,
+    want: &DataType,
+) -> PyResult<Output> {
+    let Ok(list) = out.cast::<PyList>() else {
+        return Ok(Output::Ipc(out.extract()?));
+    };
+    if let Some(array) = values::array(list, want) {
+        return Ok(Output::Array(array));
+    }
+    let ipc = invoke.call_method1(intern!(py, "encode"), (out,))?;
+    Ok(Output::Ipc(ipc.extract()?))
 }
 
 impl fmt::Debug for PyUdf {
@@ -99,9 +131,13 @@ impl PyUdf {
     pub fn new(name: &str, params: Vec<String>, output: Field, invoke: Arc<Py<PyAny>>) -> Self {
         let direct = Python::attach(|py| {
             let i = invoke.bind(py);
-            i.hasattr(intern!(py, "values")).unwrap_or(false)
-                && i.hasattr(intern!(py, "gen")).unwrap_or(false)
-                && i.hasattr(intern!(py, "encode")).unwrap_or(false)
+            [
+                intern!(py, "values"),
+                intern!(py, "gen"),
+                intern!(py, "encode"),
+            ]
+            .iter()
+            .all(|m| i.hasattr(m).unwrap_or(false))
         });
         Self {
             signature: Signature {
@@ -174,9 +210,7 @@ impl PyUdf {
         Ok(array)
     }
 
-    /// One call of map, batch_map or agg, holding the GIL: `values(cols)`
-    /// and this side's conversion, or pyarrow's (`encode`) for what it does
-    /// not build; or the IPC stream both ways.
+    /// One call of map, batch_map or agg, holding the GIL.
     fn invoke(
         py: Python<'_>,
         invoke: &Py<PyAny>,
@@ -184,19 +218,10 @@ impl PyUdf {
         files: &Bound<'_, FileAccess>,
         want: &DataType,
     ) -> PyResult<Output> {
-        let args = input.args(py, files)?;
         let invoke = invoke.bind(py);
-        if !matches!(input, Input::Rows(_)) {
-            return Ok(Output::Ipc(invoke.call1((&args[0], &args[1]))?.extract()?));
-        }
-        let out = invoke
-            .call_method1(intern!(py, "values"), (&args[0],))?
-            .cast_into::<PyList>()?;
-        if let Some(array) = values::array(&out, want) {
-            return Ok(Output::Array(array));
-        }
-        let ipc = invoke.call_method1(intern!(py, "encode"), (out,))?;
-        Ok(Output::Ipc(ipc.extract()?))
+        let method = input.method(invoke, intern!(py, "values"))?;
+        let out = method.call1((input.arg(py, files)?, files))?;
+        output_of(py, invoke, out, want)
     }
 
     /// One call: `input` to the invoker on a blocking thread holding the GIL.
@@ -292,8 +317,9 @@ impl Generator for PyUdf {
         let abandon = Abandon::default();
         let files = FileAccess::new(source, Handle::current(), abandon.clone());
         let unwanted_when_dropped = abandon.guard();
-        let (tx, rx) = mpsc::channel::<Result<Vec<u8>, CallError>>(2);
+        let (tx, rx) = mpsc::channel::<Result<Output, CallError>>(2);
         let invoke = Arc::clone(&self.invoke);
+        let want = self.signature.output.data_type().clone();
         let thread = tokio::task::spawn_blocking(move || {
             if tx.is_closed() {
                 return; // the stream was dropped before the call started
@@ -308,18 +334,14 @@ impl Generator for PyUdf {
                     Err(e) => return drop(tx.blocking_send(Err(Self::failure(py, e)))),
                 };
                 let run = || -> PyResult<()> {
-                    let mut args = input.args(py, &files)?;
                     let invoke = invoke.bind(py);
-                    let chunks = if matches!(input, Input::Rows(_)) {
-                        let cols = args.swap_remove(0);
-                        invoke.call_method1(intern!(py, "gen"), (cols, max_rows.max(1)))?
-                    } else {
-                        invoke.call1((&args[0], &args[1], max_rows.max(1)))?
-                    }
-                    .try_iter()?;
+                    let method = input.method(invoke, intern!(py, "gen"))?;
+                    let chunks = method
+                        .call1((input.arg(py, &files)?, &files, max_rows.max(1)))?
+                        .try_iter()?;
                     for chunk in chunks {
-                        let bytes: Vec<u8> = chunk?.extract()?;
-                        if py.detach(|| tx.blocking_send(Ok(bytes))).is_err() {
+                        let out = output_of(py, invoke, chunk?, &want)?;
+                        if py.detach(|| tx.blocking_send(Ok(out))).is_err() {
                             break; // the stream was dropped
                         }
                     }
@@ -342,10 +364,7 @@ impl Generator for PyUdf {
             (rx, Some(thread), this, unwanted_when_dropped),
             |(mut rx, thread, this, guard)| async move {
                 match rx.recv().await {
-                    Some(Ok(bytes)) => Some((
-                        this.output(Output::Ipc(bytes), None),
-                        (rx, thread, this, guard),
-                    )),
+                    Some(Ok(out)) => Some((this.output(out, None), (rx, thread, this, guard))),
                     Some(Err(e)) => Some((Err(e), (rx, thread, this, guard))),
                     None => {
                         // The thread ended: a panic there is this call's error.

@@ -213,3 +213,19 @@ def test_ctrl_c_stops_workers_and_removes_temp_dirs(tmp_path, root):
     while not all(_gone(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert all(_gone(pid) for pid in pids), pids
+
+
+def heavy_modules(file: uc.File) -> str:
+    return ",".join(m for m in ("pyarrow", "numpy") if m in sys.modules) or "none"
+
+
+def test_a_worker_given_plain_values_starts_without_pyarrow(files):
+    """Plain rows and values cross the pipe pickled: a worker never imports
+    pyarrow (nor numpy with it), so it starts in a fraction of the time."""
+    d, data = files
+    uc.shutdown_workers()  # fresh workers: none has run an IPC call before
+    got = uc.read_storage(str(d)).settings(processes=2).map(m=heavy_modules).collect("m")
+    assert got == ["none"] * len(data)
+    code = "import sys, udfchain; print('pyarrow' in sys.modules, 'numpy' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]

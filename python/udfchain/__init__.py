@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import atexit
 
-import pyarrow as pa
+from ._pyarrow import pa
 
 from . import _internal
 from ._chain import Chain, expr

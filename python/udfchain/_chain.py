@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-import pyarrow as pa
+from ._pyarrow import pa
 
 from . import _internal
 from ._file import files_of, is_file_type

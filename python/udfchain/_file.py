@@ -12,24 +12,28 @@ the row. Outside a UDF call (a File from `collect()`), reads raise.
 from __future__ import annotations
 
 import datetime
+import functools
 import io
 import os
 
-import pyarrow as pa
+from ._pyarrow import pa
 
 FILE_FIELDS = ("source", "path", "size", "version", "etag", "last_modified", "location")
 
-FILE_TYPE = pa.struct(
-    [
-        pa.field("source", pa.string(), nullable=False),
-        pa.field("path", pa.string(), nullable=False),
-        pa.field("size", pa.uint64(), nullable=False),
-        pa.field("version", pa.string()),
-        pa.field("etag", pa.string()),
-        pa.field("last_modified", pa.timestamp("ms", tz="UTC")),
-        pa.field("location", pa.string()),
-    ]
-)
+@functools.cache
+def file_type() -> pa.DataType:
+    """The Arrow type of a File column (the engine's `File::data_type`)."""
+    return pa.struct(
+        [
+            pa.field("source", pa.string(), nullable=False),
+            pa.field("path", pa.string(), nullable=False),
+            pa.field("size", pa.uint64(), nullable=False),
+            pa.field("version", pa.string()),
+            pa.field("etag", pa.string()),
+            pa.field("last_modified", pa.timestamp("ms", tz="UTC")),
+            pa.field("location", pa.string()),
+        ]
+    )
 
 
 def is_file_type(t: pa.DataType) -> bool:
@@ -104,6 +108,11 @@ class File:
         if path is not None:
             return open(path, "rb")
         return io.BufferedReader(_RangeReader(self), buffer_size=64 * 1024)
+
+    def __reduce__(self):
+        # Its fields only: a File crosses to a worker process (or back) without
+        # the call it reads through; the worker attaches its own.
+        return (File, self._fields())
 
     def as_dict(self) -> dict:
         return dict(zip(FILE_FIELDS, self._fields()))

@@ -16,7 +16,7 @@ workers forked before any udfchain run work; after one, they fail at once
 
 from __future__ import annotations
 
-import pyarrow as pa
+from ._pyarrow import pa
 
 from . import _internal
 from ._file import files_of, is_file_type

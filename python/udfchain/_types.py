@@ -12,22 +12,26 @@ from __future__ import annotations
 import collections.abc as cabc
 import dataclasses
 import datetime
+import functools
 import types
 import typing
 
-import pyarrow as pa
+from ._pyarrow import pa
 
-from ._file import File, FILE_TYPE
+from ._file import File, file_type
 
-_SCALARS = {
-    int: pa.int64(),
-    float: pa.float64(),
-    str: pa.string(),
-    bytes: pa.binary(),
-    bool: pa.bool_(),
-    datetime.datetime: pa.timestamp("us"),
-    datetime.date: pa.date32(),
-}
+@functools.cache
+def _scalars() -> dict:
+    return {
+        int: pa.int64(),
+        float: pa.float64(),
+        str: pa.string(),
+        bytes: pa.binary(),
+        bool: pa.bool_(),
+        datetime.datetime: pa.timestamp("us"),
+        datetime.date: pa.date32(),
+    }
+
 
 # Containers whose element type is a generator's, batch_map's or agg's value type.
 _ITERABLES = (
@@ -53,9 +57,9 @@ def arrow_type(t, where: str) -> pa.DataType:
     if isinstance(t, pa.DataType):
         return t
     if t is File:
-        return FILE_TYPE
-    if t in _SCALARS:
-        return _SCALARS[t]
+        return file_type()
+    if t in _scalars():
+        return _scalars()[t]
     origin = typing.get_origin(t)
     args = typing.get_args(t)
     if origin in (typing.Union, types.UnionType):

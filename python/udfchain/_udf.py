@@ -17,7 +17,7 @@ import inspect
 import traceback
 import typing
 
-import pyarrow as pa
+from ._pyarrow import pa
 
 from ._file import files_of, is_file_type
 from ._types import ConvertError, arrow_type, element_type, to_array
@@ -52,16 +52,24 @@ def _columns(ipc: bytes, access) -> list[list]:
 
 class _Encoder:
     """Output values of one type as an IPC stream: the schema message made
-    once, then per call one record batch message and the end marker."""
+    once (on first use: a worker process may never need pyarrow), then per
+    call one record batch message and the end marker. `t` is the Arrow type,
+    or the IPC schema of one field of it (what crosses to a worker)."""
 
     _EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 
-    def __init__(self, t: pa.DataType):
-        self.t = t
-        self.schema = pa.schema([pa.field("value", t)])
-        self.head = self.schema.serialize().to_pybytes()
+    def __init__(self, t):
+        self._t = t
+        self.t = None
 
     def __call__(self, values: list) -> bytes:
+        if self.t is None:
+            t = self._t
+            if isinstance(t, bytes):
+                t = pa.ipc.read_schema(pa.py_buffer(t)).field(0).type
+            self.t = t
+            self.schema = pa.schema([pa.field("value", t)])
+            self.head = self.schema.serialize().to_pybytes()
         array = to_array(values, self.t)
         batch = pa.RecordBatch.from_arrays([array], schema=self.schema)
         return b"".join((self.head, batch.serialize().to_pybytes(), self._EOS))
@@ -112,17 +120,18 @@ def output_type(fn, output, kind: str) -> pa.DataType:
 
 
 class Invoker:
-    """`fn` as a UDF of `kind` with values of type `t`, called by the engine.
+    """`fn` as a UDF of `kind` with values of type `t` (an Arrow type, or the
+    IPC schema of one field of it), called by the engine.
 
-    Two ways in, one behaviour: `invoker(ipc, access[, max_rows])` takes the
-    rows as an Arrow IPC stream (a worker process's calls, and any column
-    type); `values(cols)` / `gen(cols, max_rows)` take them as Python lists
-    the engine built itself (`python/src/values.rs`, for the plain column
-    types), which skips pyarrow on the per-file path. `values` returns the
-    outputs unconverted, for the engine to convert when their type is plain;
-    `encode` converts the rest."""
+    Two ways in, one behaviour: `values(cols, access)` / `gen(cols, access,
+    max_rows)` take the rows as Python lists the engine built itself
+    (`python/src/values.rs`, for plain column types) and return the values
+    unconverted (a list; the engine converts plain types itself and asks
+    `encode` for the rest); `invoker(ipc, access[, max_rows])` takes an Arrow
+    IPC stream (any column type) and returns IPC streams. Files in `cols`
+    already read through `access`."""
 
-    def __init__(self, fn, kind: str, t: pa.DataType):
+    def __init__(self, fn, kind: str, t):
         self.fn = fn
         self.kind = kind
         self.name = _name(fn)
@@ -131,10 +140,10 @@ class Invoker:
     def __call__(self, ipc, access, *rest):
         cols = _columns(ipc, access)
         if self.kind == "gen":
-            return self.gen(cols, *rest)
-        return self.encode(self.values(cols))
+            return (self.encode(chunk) for chunk in self.gen(cols, access, *rest))
+        return self.encode(self.values(cols, access))
 
-    def values(self, cols: list[list]) -> list:
+    def values(self, cols: list[list], access=None) -> list:
         """The outputs of one call (one per row for map and batch_map)."""
         fn, name = self.fn, self.name
         if self.kind != "map":
@@ -157,20 +166,20 @@ class Invoker:
         """`out` as an IPC stream, or UdfFailure at the first value that does not convert."""
         try:
             return self._encode(out)
-        except Exception as e:  # ConvertError names its row
-            raise _failure(self.name, None, e) from None
+        except Exception as e:  # ConvertError names its row; a generator has one
+            raise _failure(self.name, 0 if self.kind == "gen" else None, e) from None
 
-    def gen(self, cols: list[list], max_rows: int):
-        """A generator's chunks of at most `max_rows` values, as IPC streams."""
+    def gen(self, cols: list[list], access, max_rows: int):
+        """A generator's values in chunks (lists) of at most `max_rows`."""
         chunk = []
         try:
             for v in self.fn(*[c[0] for c in cols]):
                 chunk.append(v)
                 if len(chunk) >= max_rows:
-                    yield self._encode(chunk)
+                    yield chunk
                     chunk = []
             if chunk:
-                yield self._encode(chunk)
+                yield chunk
         except Exception as e:
             raise _failure(self.name, 0, e) from None
 

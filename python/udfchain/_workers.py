@@ -40,7 +40,8 @@ import time
 import traceback
 from contextlib import contextmanager
 
-from ._udf import UdfFailure, invoker
+from ._file import File
+from ._udf import Invoker, UdfFailure, schema_ipc
 
 # How often a call waiting on a worker checks whether its query dropped it.
 POLL = 0.1
@@ -230,28 +231,39 @@ def _slot(slots: threading.Semaphore, access):
         slots.release()
 
 
-def remote(fn, kind: str, t, processes: int):
-    """The invoker of `fn` (as `_udf.invoker`) that runs it in worker processes,
-    at most `processes` calls at once."""
-    spec = spec_of(fn, kind, t)
-    key = next(_KEYS)
-    name = _name(fn)
-    slots = threading.BoundedSemaphore(processes)
+class Remote:
+    """The invoker of `fn` (as `_udf.Invoker`: the same methods) that runs it
+    in worker processes, at most `processes` calls at once. Rows cross the
+    pipe as the engine gave them: Python lists (pickled; Files as their
+    fields) or an Arrow IPC stream; values come back as a list (the parent
+    converts them, as in-process) or, when they do not pickle, as the IPC
+    stream the worker encoded."""
 
-    def start(w: _Worker, op: str, *args):
-        first = key not in w.loaded
+    def __init__(self, fn, kind: str, t, processes: int):
+        self.spec = spec_of(fn, kind, schema_ipc(_name(fn), t))
+        self.key = next(_KEYS)
+        self.name = _name(fn)
+        self.kind = kind
+        self._slots = threading.BoundedSemaphore(processes)
+        self._encoder = Invoker(fn, kind, t)  # this side's conversions only
+
+    def _start(self, w: _Worker, op: str, *args):
+        first = self.key not in w.loaded
         try:
-            w.conn.send((op, key, spec if first else None, *args))
+            w.conn.send((op, self.key, self.spec if first else None, *args))
         except OSError:
-            raise w.died(name) from None
-        w.loaded.add(key)
+            raise w.died(self.name) from None
+        w.loaded.add(self.key)
 
-    def call(ipc, access):
-        with _slot(slots, access):
+    def encode(self, out: list) -> bytes:
+        return self._encoder.encode(out)
+
+    def _call(self, rows, access):
+        with _slot(self._slots, access):
             w = POOL.take()
             try:
-                start(w, "call", ipc)
-                msg = _next(w, access, name)
+                self._start(w, "call", rows)
+                msg = _next(w, access, self.name)
             except _Cancelled:
                 POOL.drop(w)
                 raise UdfFailure(None, "cancelled: the query dropped this call") from None
@@ -263,14 +275,14 @@ def remote(fn, kind: str, t, processes: int):
                 raise UdfFailure(msg[1], msg[2])
             return msg[1]
 
-    def call_gen(ipc, access, max_rows):
-        with _slot(slots, access):
+    def _gen(self, rows, access, max_rows):
+        with _slot(self._slots, access):
             w = POOL.take()
             clean = False
             try:
-                start(w, "gen", ipc, max_rows)
+                self._start(w, "gen", rows, max_rows)
                 while True:
-                    msg = _next(w, access, name)
+                    msg = _next(w, access, self.name)
                     if msg[0] == "chunk":
                         yield msg[1]
                     elif msg[0] == "end":
@@ -289,7 +301,21 @@ def remote(fn, kind: str, t, processes: int):
                 else:
                     POOL.drop(w)
 
-    return call_gen if kind == "gen" else call
+    def __call__(self, ipc: bytes, access, *rest):
+        if self.kind == "gen":
+            return self._gen(ipc, access, *rest)
+        return self._call(ipc, access)
+
+    def values(self, cols: list[list], access):
+        return self._call(cols, access)
+
+    def gen(self, cols: list[list], access, max_rows: int):
+        return self._gen(cols, access, max_rows)
+
+
+def remote(fn, kind: str, t, processes: int) -> Remote:
+    """`fn` run in `processes` worker processes (see `Remote`)."""
+    return Remote(fn, kind, t, processes)
 
 
 # ---------------------------------------------------------------------------
@@ -355,7 +381,7 @@ def _serve(conn, parent: int):
     invokers = {}
     while True:
         try:
-            op, key, spec, ipc, *rest = conn.recv()
+            op, key, spec, rows, *rest = conn.recv()
         except (EOFError, OSError):
             return
         access = _Access(conn)
@@ -363,17 +389,26 @@ def _serve(conn, parent: int):
             inv = invokers.get(key)
             if inv is None:
                 try:
-                    fn, kind, t = pickle.loads(spec)
+                    fn, kind, schema = pickle.loads(spec)
                 except Exception as e:
                     text = "".join(traceback.format_exception(type(e), e, e.__traceback__)).rstrip()
                     raise UdfFailure(None, f"cannot load the UDF in a worker process: {text}") from None
-                inv = invokers[key] = invoker(fn, kind, t)
-            if op == "call":
-                conn.send(("done", inv(ipc, access)))
+                inv = invokers[key] = Invoker(fn, kind, schema)
+            if isinstance(rows, bytes):  # an IPC stream: the invoker encodes
+                if op == "call":
+                    conn.send(("done", inv(rows, access)))
+                else:
+                    for chunk in inv(rows, access, rest[0]):
+                        conn.send(("chunk", chunk))
+                    conn.send(("end",))
             else:
-                for chunk in inv(ipc, access, rest[0]):
-                    conn.send(("chunk", chunk))
-                conn.send(("end",))
+                _attach(rows, access)
+                if op == "call":
+                    _send_values(conn, "done", inv, inv.values(rows, access))
+                else:
+                    for chunk in inv.gen(rows, access, rest[0]):
+                        _send_values(conn, "chunk", inv, chunk)
+                    conn.send(("end",))
         except UdfFailure as e:
             conn.send(("fail", e.row, e.text))
         except Exception as e:
@@ -381,3 +416,21 @@ def _serve(conn, parent: int):
             conn.send(("fail", None, text))
         finally:
             access.close()
+
+
+def _attach(cols: list[list], access):
+    """Files arrive as their fields: they read through this worker's call."""
+    for col in cols:
+        for v in col:
+            if isinstance(v, File):
+                v._access = access
+
+
+def _send_values(conn, tag: str, inv: Invoker, values: list):
+    """`values` as they are (pickled), or encoded here when they do not pickle."""
+    try:
+        data = pickle.dumps((tag, values), protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        conn.send((tag, inv.encode(values)))
+        return
+    conn.send_bytes(data)
