@@ -2,17 +2,21 @@
 
 With the GIL, calls of one interpreter take turns; N worker processes give N
 interpreters. The engine side is unchanged: the Rust `PyUdf` calls the
-invoker `remote()` returns as it calls an in-process one (on its UDF pool,
-`parallel` calls at once, prefetch in front), and that invoker sends the
-call's Arrow IPC input to an idle worker over a pipe and returns the
-worker's output. Guarantees:
+`Remote` invoker as it calls an in-process one (on its UDF pool, `parallel`
+calls at once, prefetch in front), and that invoker sends the call's rows to
+an idle worker over a pipe and returns the worker's values. Guarantees:
 
 - Workers are started with multiprocessing's `spawn` (a fresh interpreter,
   never `fork`: the engine's threads do not survive it), on first use, and
   reused by later calls and runs; a UDF has at most N calls in workers at once.
-- A worker runs the same invokers (`_udf.invoker`) on the function it
-  unpickles (by reference: its module is imported there), so exceptions
-  keep their traceback and `on_error` applies as in-process.
+- A worker runs the same `_udf.Invoker` on the function it unpickles (by
+  reference: its module is imported there), so exceptions keep their
+  traceback and `on_error` applies as in-process.
+- Plain rows (the engine's Python lists: Files as their fields) and values
+  cross pickled, and the parent converts the values as in-process, so a
+  worker never imports pyarrow (nor numpy) for them and starts in about a
+  fifth of the time; other rows cross as Arrow IPC, and values that do not
+  pickle are encoded by the worker.
 - A worker's `File` objects reach the parent's `FileAccess` of the call
   through the pipe; `read()` and `open()` use the prefetched (or cached)
   local path directly when there is one, so bytes cross only without one.
