@@ -206,6 +206,9 @@ def main():
     if "--peers" in args:
         peers = args[args.index("--peers") + 1].split(",")
     child_env = dict(os.environ)
+    # Daft's process workers import `udfs` by name from a fresh interpreter
+    # that does not inherit sys.path (multiprocessing's spawn does).
+    child_env["PYTHONPATH"] = os.pathsep.join(p for p in (HERE, os.environ.get("PYTHONPATH")) if p)
     if "C" in workloads:
         rounds, t_udf = calibrate(int(env("UDFCHAIN_BENCH_C_SIZE")))
         child_env["UDFCHAIN_BENCH_BURN_ROUNDS"] = str(rounds)
