@@ -89,6 +89,13 @@ impl ExecutionPlan for MapExec {
         vec![self.op.call.ordered]
     }
 
+    /// One row out per row in, unless `on_error = skip` drops some: then a
+    /// `LIMIT n` above goes below the map (and its prefetch), so only the n
+    /// rows wanted are fetched and called.
+    fn supports_limit_pushdown(&self) -> bool {
+        self.op.call.on_error != OnError::Skip
+    }
+
     fn execute(
         &self,
         partition: usize,

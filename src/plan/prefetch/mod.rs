@@ -278,6 +278,13 @@ impl ExecutionPlan for PrefetchExec {
         vec![self.options.ordered]
     }
 
+    /// One row out per row in, unless `on_error = skip` drops some: then a
+    /// `LIMIT n` above is pushed below it, so the prefetch is given only the
+    /// n rows wanted and starts no download past them.
+    fn supports_limit_pushdown(&self) -> bool {
+        self.options.on_error != OnError::Skip
+    }
+
     /// The stream alone: its local copies live as long as it does. A UDF
     /// operator calls [`PrefetchExec::execute_with_copies`] instead.
     fn execute(
