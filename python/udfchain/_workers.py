@@ -7,8 +7,10 @@ calls at once, prefetch in front), and that invoker sends the call's rows to
 an idle worker over a pipe and returns the worker's values. Guarantees:
 
 - Workers are started with multiprocessing's `spawn` (a fresh interpreter,
-  never `fork`: the engine's threads do not survive it), on first use, and
-  reused by later calls and runs; a UDF has at most N calls in workers at once.
+  never `fork`: the engine's threads do not survive it) when a UDF with
+  `processes=N` is added (until N are idle: they boot while the run starts),
+  and reused by later calls and runs; a UDF has at most N calls in workers
+  at once.
 - A worker runs the same `_udf.Invoker` on the function it unpickles (by
   reference: its module is imported there), so exceptions keep their
   traceback and `on_error` applies as in-process.
@@ -158,6 +160,22 @@ class _Pool:
             self._all.add(w)
         return w
 
+    def prestart(self, n: int):
+        """Starts workers until `n` are idle: they boot (an interpreter,
+        udfchain, the UDF's module) while the run plans, lists and fetches."""
+        with self._lock:
+            if self._closed:
+                return
+            missing = n - sum(w.process.is_alive() for w in self._idle)
+            if not self._registered:
+                atexit.register(self.shutdown)
+                self._registered = True
+        for _ in range(max(0, missing)):
+            w = _Worker()
+            with self._lock:
+                self._all.add(w)
+                self._idle.append(w)
+
     def give(self, w: _Worker):
         with self._lock:
             if not self._closed and w.process.is_alive():
@@ -250,6 +268,7 @@ class Remote:
         self.kind = kind
         self._slots = threading.BoundedSemaphore(processes)
         self._encoder = Invoker(fn, kind, t)  # this side's conversions only
+        POOL.prestart(processes)
 
     def _start(self, w: _Worker, op: str, *args):
         first = self.key not in w.loaded
