@@ -148,12 +148,23 @@ fn rate(records: &[Value], peer: &str, config: &str, workload: &str) -> Option<f
         .and_then(|r| r["files_per_s"].as_f64())
 }
 
+/// A C run's files/s over its own bound (cores / the t_udf it measured just
+/// before it), else over the calibration's.
+fn over_bound(records: &[Value], peer: &str, config: &str, calibrated: Option<f64>) -> Option<f64> {
+    let run = records
+        .iter()
+        .find(|r| r["peer"] == peer && r["config"] == config && r["workload"] == "C")?;
+    let bound = run["bound_files_per_s"].as_f64().or(calibrated)?;
+    run["files_per_s"].as_f64().map(|f| f / bound)
+}
+
 fn ratios(records: &[Value]) -> Value {
     let div = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| a / b);
     let cal = records.iter().find(|r| r["calibration"] == true);
     let cores = cal.and_then(|c| c["cores"].as_f64());
     let t_udf = cal.and_then(|c| c["t_udf_seconds"].as_f64());
     let bound_c = cores.zip(t_udf).map(|(n, t)| n / t);
+    let parallel = cal.and_then(|c| c["machine_parallel_files_per_s"].as_f64());
     let trivial = records
         .iter()
         .find(|r| r["workload"] == "T")
@@ -169,11 +180,14 @@ fn ratios(records: &[Value]) -> Value {
             div(rate(records, "udfchain-py", "defaults", "A"), rate(records, "udfchain-rust", "defaults", "A")),
         "A_udfchain_py_best_over_rust_best":
             div(rate(records, "udfchain-py", "best", "A"), rate(records, "udfchain-rust", "best", "A")),
-        "C_bound_files_per_s (cores / t_udf)": bound_c,
-        "C_udfchain_py_best_over_bound": div(rate(records, "udfchain-py", "best", "C"), bound_c),
-        "C_udfchain_py_defaults_over_bound": div(rate(records, "udfchain-py", "defaults", "C"), bound_c),
-        "C_datachain_best_over_bound": div(rate(records, "datachain", "best", "C"), bound_c),
-        "C_daft_best_over_bound": div(rate(records, "daft", "best", "C"), bound_c),
+        "C_bound_files_per_s (cores / t_udf, calibration)": bound_c,
+        "C_machine_parallel_files_per_s (bare loop, cores processes)": parallel,
+        "C_udfchain_py_best_over_machine_parallel": div(rate(records, "udfchain-py", "best", "C"), parallel),
+        "C_datachain_best_over_machine_parallel": div(rate(records, "datachain", "best", "C"), parallel),
+        "C_udfchain_py_best_over_bound": over_bound(records, "udfchain-py", "best", bound_c),
+        "C_udfchain_py_defaults_over_bound": over_bound(records, "udfchain-py", "defaults", bound_c),
+        "C_datachain_best_over_bound": over_bound(records, "datachain", "best", bound_c),
+        "C_daft_best_over_bound": over_bound(records, "daft", "best", bound_c),
         "trivial_map_us_per_row_over_rust": trivial,
     })
 }

@@ -137,6 +137,14 @@ def one(peer: str, config: str, workload: str) -> dict:
         rec["version"] = md.version({"udfchain-py": "udfchain"}.get(peer, peer))
     except Exception:
         rec["version"] = None  # imported from a source tree (no package metadata)
+    if workload == "C":
+        # This run's own t_udf, measured just before it: the machine's speed
+        # moves between runs, so a bound measured seconds apart can be 1.5x off.
+        import udfs
+
+        data = bytes(i % 251 for i in range(int(env("UDFCHAIN_BENCH_C_SIZE"))))
+        rec["t_udf_seconds"] = min(_timed(udfs.burn_bytes, data) for _ in range(3))
+        rec["bound_files_per_s"] = CORES / rec["t_udf_seconds"]
     t0 = time.perf_counter()
     try:
         values = RUNNERS[peer](settings, workload)
@@ -167,6 +175,30 @@ def calibrate(size: int) -> tuple[int, float]:
     udfs.ROUNDS = rounds
     best = min(_timed(udfs.burn_bytes, data) for _ in range(5))
     return rounds, best
+
+
+def _burn_n(args) -> float:
+    rounds, size, n = args
+    import udfs
+
+    udfs.ROUNDS = rounds
+    data = bytes(i % 251 for i in range(size))
+    for _ in range(n):
+        udfs.burn_bytes(data)
+    return 0.0
+
+
+def machine_parallel(rounds: int, size: int, files: int) -> float:
+    """Files/s of C's bare loop in `CORES` processes at once, no engine: what
+    this machine gives N processes (on a VM they rarely get N times one)."""
+    import multiprocessing
+
+    per = max(1, files // CORES)
+    with multiprocessing.get_context("spawn").Pool(CORES) as pool:
+        pool.map(_burn_n, [(rounds, size, 1)] * CORES)  # started and warm
+        t0 = time.perf_counter()
+        pool.map(_burn_n, [(rounds, size, per)] * CORES)
+        return per * CORES / (time.perf_counter() - t0)
 
 
 def _timed(f, *a) -> float:
@@ -210,10 +242,12 @@ def main():
     # that does not inherit sys.path (multiprocessing's spawn does).
     child_env["PYTHONPATH"] = os.pathsep.join(p for p in (HERE, os.environ.get("PYTHONPATH")) if p)
     if "C" in workloads:
-        rounds, t_udf = calibrate(int(env("UDFCHAIN_BENCH_C_SIZE")))
+        size = int(env("UDFCHAIN_BENCH_C_SIZE"))
+        rounds, t_udf = calibrate(size)
         child_env["UDFCHAIN_BENCH_BURN_ROUNDS"] = str(rounds)
         print(json.dumps({"workload": "C", "calibration": True, "burn_rounds": rounds, "t_udf_seconds": t_udf,
-                          "cores": CORES}), flush=True)
+                          "cores": CORES, "machine_parallel_files_per_s": machine_parallel(rounds, size, 40 if quick else 120)}),
+              flush=True)
     print(json.dumps(trivial_map(50_000 if quick else 200_000)), flush=True)
     for workload in workloads:
         for peer in peers:
