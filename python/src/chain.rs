@@ -209,8 +209,10 @@ impl PyChain {
     /// Adds a Python UDF of `kind` (map, gen, batch_map, agg) named `name`,
     /// reading `params`, writing the one field of `output` (an IPC schema).
     #[pyo3(signature = (kind, name, params, output, invoke, partition_by=Vec::new()))]
+    #[allow(clippy::too_many_arguments)]
     fn udf(
         &self,
+        py: Python<'_>,
         kind: &str,
         name: &str,
         params: Vec<String>,
@@ -218,11 +220,13 @@ impl PyChain {
         invoke: Py<PyAny>,
         partition_by: Vec<String>,
     ) -> PyResult<PyChain> {
+        let direct = PyUdf::takes_lists(invoke.bind(py));
         let udf = Arc::new(PyUdf::new(
             name,
             params,
             output_field(output)?,
             Arc::new(invoke),
+            direct,
         ));
         let c = self.chain.clone();
         Ok(of(match kind {

@@ -58,9 +58,10 @@ pub fn run(py: Python<'_>, script: String) -> PyResult<Vec<Py<PyAny>>> {
 /// `output` is the IPC schema of its one output field (its name is replaced
 /// by the column name the query gives).
 #[pyfunction]
-pub fn register(name: &str, output: &[u8], invoke: Py<PyAny>) -> PyResult<()> {
+pub fn register(py: Python<'_>, name: &str, output: &[u8], invoke: Py<PyAny>) -> PyResult<()> {
     engine()?;
     let field = output_field(output)?;
+    let direct = PyUdf::takes_lists(invoke.bind(py));
     let invoke = Arc::new(invoke);
     let udf_name = name.to_string();
     runner()
@@ -71,6 +72,7 @@ pub fn register(name: &str, output: &[u8], invoke: Py<PyAny>) -> PyResult<()> {
                 vec![param.to_string()],
                 f,
                 Arc::clone(&invoke),
+                direct,
             )))
         })
         .map_err(to_py)

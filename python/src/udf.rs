@@ -128,17 +128,14 @@ impl fmt::Debug for PyUdf {
 }
 
 impl PyUdf {
-    pub fn new(name: &str, params: Vec<String>, output: Field, invoke: Arc<Py<PyAny>>) -> Self {
-        let direct = Python::attach(|py| {
-            let i = invoke.bind(py);
-            [
-                intern!(py, "values"),
-                intern!(py, "gen"),
-                intern!(py, "encode"),
-            ]
-            .iter()
-            .all(|m| i.hasattr(m).unwrap_or(false))
-        });
+    /// `direct`: what [`PyUdf::takes_lists`] said of `invoke`.
+    pub fn new(
+        name: &str,
+        params: Vec<String>,
+        output: Field,
+        invoke: Arc<Py<PyAny>>,
+        direct: bool,
+    ) -> Self {
         Self {
             signature: Signature {
                 name: name.to_string(),
@@ -149,6 +146,19 @@ impl PyUdf {
             invoke,
             direct,
         }
+    }
+
+    /// Whether `invoke` also takes Python lists (see [`PyUdf`]'s `direct`);
+    /// asked once, where the GIL is held, not per plan.
+    pub fn takes_lists(invoke: &Bound<'_, PyAny>) -> bool {
+        let py = invoke.py();
+        [
+            intern!(py, "values"),
+            intern!(py, "gen"),
+            intern!(py, "encode"),
+        ]
+        .iter()
+        .all(|m| invoke.hasattr(m).unwrap_or(false))
     }
 
     /// The error of a Python exception: `row` from a `UdfFailure` (the
