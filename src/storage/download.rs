@@ -22,7 +22,9 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use datafusion::object_store::path::Path;
-use datafusion::object_store::{GetOptions, GetRange, ObjectMeta, ObjectStore, ObjectStoreExt};
+use datafusion::object_store::{
+    GetOptions, GetRange, GetResultPayload, ObjectMeta, ObjectStore, ObjectStoreExt,
+};
 use futures::StreamExt;
 use udfchain_udfs::File;
 
@@ -50,6 +52,11 @@ fn backoff(retry: u32) -> Duration {
 /// Body bytes gathered before one blocking write: a small object is written
 /// with one call on the blocking pool instead of one per body chunk.
 const WRITE_BATCH: usize = 1 << 20;
+
+/// A local file body up to this size is read in one blocking call rather than
+/// streamed in object_store's 8 KiB chunks (one blocking-pool round trip
+/// each); larger ones stream, so memory stays bounded by the chunk.
+const ONE_READ_MAX: u64 = 4 << 20;
 
 /// What a download did.
 #[derive(Debug, Clone, Copy, Default)]
@@ -303,23 +310,40 @@ async fn download(
                     first_meta = Some(result.meta.clone());
                 }
                 first_byte.get_or_insert(sent.elapsed());
-                let mut body = result.into_stream();
-                let mut failure = None;
-                while let Some(chunk) = body.next().await {
-                    match chunk {
+                // A local file streams in 8 KiB reads, each a blocking-pool
+                // round trip (object_store's `LocalFileSystem`): one read of
+                // the whole body instead when it goes to memory or is small.
+                let one_read = matches!(result.payload, GetResultPayload::File(..))
+                    && (matches!(out, Sink::Memory(_))
+                        || result.range.end - result.range.start <= ONE_READ_MAX);
+                if one_read {
+                    match result.bytes().await {
                         Ok(bytes) => {
                             written += bytes.len() as u64;
                             out.push(bytes).await?;
-                        }
-                        Err(e) => {
-                            failure = Some(e);
                             break;
                         }
+                        Err(e) => e,
                     }
-                }
-                match failure {
-                    None => break,
-                    Some(e) => e,
+                } else {
+                    let mut body = result.into_stream();
+                    let mut failure = None;
+                    while let Some(chunk) = body.next().await {
+                        match chunk {
+                            Ok(bytes) => {
+                                written += bytes.len() as u64;
+                                out.push(bytes).await?;
+                            }
+                            Err(e) => {
+                                failure = Some(e);
+                                break;
+                            }
+                        }
+                    }
+                    match failure {
+                        None => break,
+                        Some(e) => e,
+                    }
                 }
             }
             Err(e) => e,
