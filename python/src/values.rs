@@ -179,65 +179,32 @@ fn files<'py>(
 /// or a value is not exactly its Python type (then pyarrow converts, or says
 /// why not).
 pub fn array(values: &Bound<'_, PyList>, dt: &DataType) -> Option<ArrayRef> {
+    // Every value exactly of Python type `$py` (or None), appended as `$value`.
+    macro_rules! build {
+        ($builder:expr, $py:ty, |$x:ident| $value:expr) => {{
+            let mut b = $builder;
+            for v in values.iter() {
+                match v.cast_exact::<$py>() {
+                    Ok($x) => b.append_value($value),
+                    Err(_) if v.is_none() => b.append_null(),
+                    Err(_) => return None,
+                }
+            }
+            Arc::new(b.finish()) as ArrayRef
+        }};
+    }
     let n = values.len();
-    let items = values.iter();
-    let array: ArrayRef = match dt {
-        DataType::Int64 => {
-            let mut b = Int64Builder::with_capacity(n);
-            for v in items {
-                match v.cast_exact::<PyInt>() {
-                    Ok(i) => b.append_value(i.extract::<i64>().ok()?),
-                    Err(_) if v.is_none() => b.append_null(),
-                    Err(_) => return None,
-                }
-            }
-            Arc::new(b.finish())
-        }
-        DataType::Float64 => {
-            let mut b = Float64Builder::with_capacity(n);
-            for v in items {
-                match v.cast_exact::<PyFloat>() {
-                    Ok(f) => b.append_value(f.value()),
-                    Err(_) if v.is_none() => b.append_null(),
-                    Err(_) => return None,
-                }
-            }
-            Arc::new(b.finish())
-        }
-        DataType::Boolean => {
-            let mut b = BooleanBuilder::with_capacity(n);
-            for v in items {
-                match v.cast_exact::<PyBool>() {
-                    Ok(t) => b.append_value(t.is_true()),
-                    Err(_) if v.is_none() => b.append_null(),
-                    Err(_) => return None,
-                }
-            }
-            Arc::new(b.finish())
-        }
-        DataType::Utf8 => {
-            let mut b = StringBuilder::with_capacity(n, 16 * n);
-            for v in items {
-                match v.cast_exact::<PyString>() {
-                    Ok(s) => b.append_value(s.to_str().ok()?),
-                    Err(_) if v.is_none() => b.append_null(),
-                    Err(_) => return None,
-                }
-            }
-            Arc::new(b.finish())
-        }
-        DataType::Binary => {
-            let mut b = BinaryBuilder::with_capacity(n, 16 * n);
-            for v in items {
-                match v.cast_exact::<PyBytes>() {
-                    Ok(s) => b.append_value(s.as_bytes()),
-                    Err(_) if v.is_none() => b.append_null(),
-                    Err(_) => return None,
-                }
-            }
-            Arc::new(b.finish())
-        }
+    Some(match dt {
+        DataType::Int64 => build!(Int64Builder::with_capacity(n), PyInt, |i| i
+            .extract::<i64>()
+            .ok()?),
+        DataType::Float64 => build!(Float64Builder::with_capacity(n), PyFloat, |f| f.value()),
+        DataType::Boolean => build!(BooleanBuilder::with_capacity(n), PyBool, |t| t.is_true()),
+        DataType::Utf8 => build!(StringBuilder::with_capacity(n, 16 * n), PyString, |s| s
+            .to_str()
+            .ok()?),
+        DataType::Binary => build!(BinaryBuilder::with_capacity(n, 16 * n), PyBytes, |s| s
+            .as_bytes()),
         _ => return None,
-    };
-    Some(array)
+    })
 }
