@@ -6,7 +6,7 @@ pub mod shared;
 pub mod source;
 pub mod temp;
 pub use shared::{CacheUsage, PinnedEntry, SharedCache};
-pub use source::{LocalCopies, StoreSource};
+pub use source::{LocalCopies, Reach, StoreSource};
 pub use temp::TempCache;
 
 use udfchain_udfs::File;

@@ -5,7 +5,9 @@
 //! reads through the shared cache; `storage/` knows nothing of caches.
 //!
 //! Guarantees: every network read runs on the I/O runtime captured at creation
-//! (never on the UDF pool), and is aborted when the reading future is dropped.
+//! (never on the UDF pool), and is aborted when the reading future is dropped;
+//! a whole-file read of the local file system (up to `INLINE_READ_MAX`) or of
+//! a `memory://` store runs in the calling thread, as the UDF's own work would.
 //! With a read-through cache (`cache = true` and no prefetch in front of the
 //! UDF), a whole-file read goes through the shared cache: the first read of an
 //! object downloads it into the cache, later reads (in this run or the next)
@@ -33,7 +35,7 @@ use udfchain_udfs::{File, FileSource, UdfError};
 use super::SharedCache;
 use crate::runtime::spawn_on;
 use crate::storage::VersionPin;
-use crate::storage::{Location, download_to, open_store};
+use crate::storage::{INLINE_READ_MAX, Location, download_to, open_store, read_local_pinned};
 use crate::util::lock::lock;
 
 /// Where local copies of files may be found (prefetch temp dirs, the shared cache).
@@ -48,7 +50,7 @@ pub trait LocalCopies: Send + Sync + std::fmt::Debug {
     fn release(&self, _file: &File) {}
 }
 
-type Resolved = (Arc<dyn ObjectStore>, Location);
+type Resolved = (Arc<dyn ObjectStore>, Location, Reach);
 
 /// Reads `File`s from object stores.
 #[derive(Debug)]
@@ -88,6 +90,11 @@ impl StoreSource {
 
     /// The store and object path of `file`.
     pub fn resolve(&self, file: &File) -> Result<(Arc<dyn ObjectStore>, Path), UdfError> {
+        self.lookup(file).map(|(store, path, _)| (store, path))
+    }
+
+    /// [`Self::resolve`], and whether the store does network I/O.
+    fn lookup(&self, file: &File) -> Result<(Arc<dyn ObjectStore>, Path, Reach), UdfError> {
         let read_err = |e: crate::Error| UdfError::Read {
             url: file.url(),
             source: Box::new(e),
@@ -96,14 +103,49 @@ impl StoreSource {
             return Err(e);
         }
         let mut stores = lock(&self.stores);
-        if let Some((store, loc)) = stores.get(&file.source) {
-            return Ok((Arc::clone(store), loc.child(&file.path).map_err(read_err)?));
+        if let Some((store, loc, reach)) = stores.get(&file.source) {
+            let path = loc.child(&file.path).map_err(read_err)?;
+            return Ok((Arc::clone(store), path, *reach));
         }
         let loc = Location::of_source(&file.source).map_err(read_err)?;
         let store = open_store(&self.env, &loc, &self.options).map_err(read_err)?;
         let path = loc.child(&file.path).map_err(read_err)?;
-        stores.insert(file.source.clone(), (Arc::clone(&store), loc));
-        Ok((store, path))
+        let reach = Reach::of(store.as_ref());
+        stores.insert(file.source.clone(), (Arc::clone(&store), loc, reach));
+        Ok((store, path, reach))
+    }
+
+    /// Where the store of `file` (of its parent, for a virtual file) keeps
+    /// its bytes; [`Reach::Network`] when it cannot be opened (its reads
+    /// then fail as any other's).
+    pub fn reach(&self, file: &File) -> Reach {
+        let parent = file.parent();
+        if let Some((_, _, reach)) = lock(&self.stores).get(&parent.source) {
+            return *reach;
+        }
+        self.lookup(&parent)
+            .map_or(Reach::Network, |(_, _, reach)| reach)
+    }
+}
+
+/// Where a store keeps its bytes: object_store's own `LocalFileSystem`
+/// (rooted at `/`, as the registry opens `file://`) and `InMemory` need no
+/// I/O runtime (and a small local file no thread crossing at all). Told by
+/// the store itself, not the URL: any store may be registered under any URL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reach {
+    LocalFiles,
+    Memory,
+    Network,
+}
+
+impl Reach {
+    fn of(store: &dyn ObjectStore) -> Self {
+        match store.to_string().as_str() {
+            "LocalFileSystem(file:///)" => Self::LocalFiles,
+            "InMemory" => Self::Memory,
+            _ => Self::Network,
+        }
     }
 }
 
@@ -143,7 +185,7 @@ impl FileSource for StoreSource {
                 r => return r.map(Bytes::from).map_err(|e| read_error(file, e)),
             }
         }
-        let (store, path) = self.resolve(file)?;
+        let (store, path, reach) = self.lookup(file)?;
         if let Some(cache) = &self.read_through {
             // A file named by URL is cached under what the store says of it now.
             let target = self.stat(file).await?;
@@ -167,6 +209,25 @@ impl FileSource for StoreSource {
                 .map_err(|e| read_error(file, e));
         }
         let pin = VersionPin::of(file);
+        let read_err = |source| UdfError::Read {
+            url: file.url(),
+            source,
+        };
+        match reach {
+            Reach::LocalFiles => {
+                if let Some(bytes) =
+                    read_local_pinned(&path, &pin, INLINE_READ_MAX).map_err(read_err)?
+                {
+                    return Ok(bytes);
+                }
+            }
+            Reach::Memory => {
+                return get_pinned(&store, &path, &pin, None)
+                    .await
+                    .map_err(read_err);
+            }
+            Reach::Network => {}
+        }
         let task = spawn_on(&self.io, async move {
             get_pinned(&store, &path, &pin, None).await
         });

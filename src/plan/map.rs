@@ -7,9 +7,10 @@
 //! finish, so one slow row does not hold back the others (no order declared);
 //! up to `parallel` calls run at once on the UDF pool; input is pulled only as
 //! calls finish, so a dropped stream or a `limit` above stops the work. Rows
-//! whose input holds `File`s go one per call, so each file is its own unit of
-//! work, error and cancellation; other rows go up to 1024 per call under
-//! `on_error = fail` and one per call otherwise. With `ordered = true` over a
+//! whose input holds `File`s, and every row under `on_error = null | skip`,
+//! are each their own call (their own unit of error), several of them one
+//! after another in one task when the UDF is fast (see `chunks`); other rows
+//! go up to 1024 per call. With `ordered = true` over a
 //! `PrefetchExec`, rows reach the UDF as their downloads finish (a stalled
 //! download holds back only the output, not the calls of the rows behind it),
 //! within the prefetch's reorder bound, and results are emitted in input order.
@@ -26,8 +27,8 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use futures::stream::{self, StreamExt, TryStreamExt};
 use udfchain_udfs::Mapper;
 
-use super::batches::slices;
 use super::operator::{CallContext, Shape, UdfOperator};
+use super::output::Done;
 use super::prefetch::Handoff;
 use super::udf_call::UdfCall;
 use super::unary_exec::unary_exec_boilerplate;
@@ -106,45 +107,95 @@ impl ExecutionPlan for MapExec {
             return Ok(in_order(input, part, handoff, baseline));
         }
         let call = Arc::clone(&part.call);
-        let rows_per_call = if call.file_cols.is_empty() && call.on_error == OnError::Fail {
-            VALUE_ROWS_PER_CALL
-        } else {
-            1
-        };
+        let whole = call.file_cols.is_empty() && call.on_error == OnError::Fail;
         let mut seen = 0u64;
         let out = part.clone();
         let calls = input
             .map_ok(move |batch| {
-                let parts: Vec<DfResult<(u64, RecordBatch)>> = slices(&batch, rows_per_call)
-                    .into_iter()
-                    .map(|s| {
-                        let base = seen;
-                        seen += s.num_rows() as u64;
-                        Ok((base, s))
-                    })
-                    .collect();
-                stream::iter(parts)
+                let base = seen;
+                seen += batch.num_rows() as u64;
+                chunks(batch, base, Arc::clone(&call), whole)
             })
             .try_flatten()
             .map(move |chunk| {
                 let part = part.clone();
                 async move {
                     let (base, chunk) = chunk?;
-                    part.call_rows(
-                        &chunk,
-                        base,
-                        |udf, params| async move { udf.map(params).await },
-                    )
-                    .await
+                    call_chunk(&part, &chunk, base, whole).await
                 }
             });
         Ok(out.output(calls, baseline))
     }
 }
 
+/// The calls `batch` (whose first row is row `base` of the partition) is
+/// cut into, each with the position of its first row: up to
+/// [`VALUE_ROWS_PER_CALL`] rows in one call for `whole` (rows without files,
+/// `on_error = fail`); otherwise as many rows, each its own call, as the
+/// UDF's recent pace fits in one task ([`RowCost`](super::udf_call::RowCost)),
+/// never more than an even share of the batch among `parallel` calls. Sized
+/// as each call is asked for, so the pace of the calls before it counts.
+fn chunks(
+    batch: RecordBatch,
+    base: u64,
+    call: Arc<UdfCall>,
+    whole: bool,
+) -> impl futures::Stream<Item = DfResult<(u64, RecordBatch)>> + Send {
+    let rows = batch.num_rows();
+    let share = rows.div_ceil(call.parallel).max(1);
+    stream::unfold(0usize, move |at| {
+        let next = (at < rows).then(|| {
+            let size = if whole {
+                VALUE_ROWS_PER_CALL
+            } else {
+                call.row_cost().rows_per_call().min(share)
+            };
+            let n = size.min(rows - at);
+            (Ok((base + at as u64, batch.slice(at, n))), at + n)
+        });
+        futures::future::ready(next)
+    })
+}
+
+/// Calls the UDF on `chunk` (see [`chunks`]).
+async fn call_chunk(
+    part: &CallContext<dyn Mapper>,
+    chunk: &RecordBatch,
+    base: u64,
+    whole: bool,
+) -> DfResult<Done> {
+    let map = |udf: Arc<dyn Mapper>, params| async move { udf.map(params).await };
+    if whole {
+        part.call_rows(chunk, base, map).await
+    } else {
+        part.call_each(chunk, base, map).await
+    }
+}
+
+/// The calls of a batch handed on by the prefetch (one row, or several
+/// whose files needed no download), `parallel` at once, as one result.
+async fn call_unit(
+    part: &CallContext<dyn Mapper>,
+    batch: RecordBatch,
+    base: u64,
+) -> DfResult<Done> {
+    if batch.num_rows() <= 1 {
+        return call_chunk(part, &batch, base, false).await;
+    }
+    let parallel = part.call.parallel;
+    let done: Vec<Done> = chunks(batch, base, Arc::clone(&part.call), false)
+        .map_ok(|(base, chunk)| async move { call_chunk(part, &chunk, base, false).await })
+        .try_buffered(parallel)
+        .try_collect()
+        .await?;
+    Done::concat(&part.schema, done)
+}
+
 /// `ordered = true` over a `PrefetchExec` that hands rows on as their
-/// downloads finish: each (one-row) batch is called at once, named by its
-/// position in the input, and the results go back in input order.
+/// downloads finish: each batch it hands on (one row, or a run of rows whose
+/// files needed no download) is called at once, named by its place in the
+/// prefetch's order and the position of its first row in the input, and the
+/// results go back in that order.
 fn in_order(
     input: SendableRecordBatchStream,
     part: CallContext<dyn Mapper>,
@@ -155,23 +206,16 @@ fn in_order(
     let positions = Arc::clone(&handoff);
     let calls = input.map(move |batch| {
         let part = part.clone();
-        let seq = batch.as_ref().ok().and_then(|_| positions.take_seq());
+        let unit = batch.as_ref().ok().and_then(|_| positions.take_seq());
         async move {
-            let done = match (batch, seq) {
-                (Ok(row), Some(seq)) => {
-                    part.call_rows(
-                        &row,
-                        seq,
-                        |udf, params| async move { udf.map(params).await },
-                    )
-                    .await
-                }
+            let done = match (batch, unit) {
+                (Ok(rows), Some((_, base))) => call_unit(&part, rows, base).await,
                 (Ok(_), None) => {
                     Err(Error::internal("a prefetched row without its position").into_df())
                 }
                 (Err(e), _) => Err(e),
             };
-            (seq, done)
+            (unit.map(|(seq, _)| seq), done)
         }
     });
     out.output_in_order(calls, handoff, baseline)

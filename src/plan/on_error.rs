@@ -15,7 +15,7 @@
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, RecordBatch, UInt32Array};
-use datafusion::arrow::compute::{concat_batches, take};
+use datafusion::arrow::compute::take;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::error::Result as DfResult;
 use udfchain_udfs::{CallError, UdfError};
@@ -75,19 +75,53 @@ impl<U: ?Sized> CallContext<U> {
         F: Fn(Arc<U>, RecordBatch) -> Fut,
         Fut: Future<Output = Result<ArrayRef, CallError>> + Send + 'static,
     {
+        self.call_rows_as(batch, base, &udf_fn, Calls::Whole).await
+    }
+
+    /// [`CallContext::call_rows`] with each row of `batch` its own call (its
+    /// own unit of error: a failing row costs no other row a second call, a
+    /// panic fails only its row), all of them made one after another in one
+    /// task on the UDF pool holding one of the `parallel` slots: a row of
+    /// files costs one thread crossing per batch, not per row.
+    pub async fn call_each<F, Fut>(
+        &self,
+        batch: &RecordBatch,
+        base: u64,
+        udf_fn: F,
+    ) -> DfResult<Done>
+    where
+        F: Fn(Arc<U>, RecordBatch) -> Fut,
+        Fut: Future<Output = Result<ArrayRef, CallError>> + Send + 'static,
+    {
+        self.call_rows_as(batch, base, &udf_fn, Calls::Each).await
+    }
+
+    async fn call_rows_as<F, Fut>(
+        &self,
+        batch: &RecordBatch,
+        base: u64,
+        udf_fn: &F,
+        calls: Calls,
+    ) -> DfResult<Done>
+    where
+        F: Fn(Arc<U>, RecordBatch) -> Fut,
+        Fut: Future<Output = Result<ArrayRef, CallError>> + Send + 'static,
+    {
         let Some(memo) = &self.call.memo else {
-            return self.call_new_rows(batch, base, &udf_fn, None).await;
+            return self.call_new_rows(batch, base, udf_fn, None, calls).await;
         };
         let keys = memo.keys(batch)?;
         if memo.kept() == 0 || !keys.iter().any(|k| memo.contains(k)) {
-            return self.call_new_rows(batch, base, &udf_fn, Some(keys)).await;
+            return self
+                .call_new_rows(batch, base, udf_fn, Some(keys), calls)
+                .await;
         }
         if let Some(values) = memo.values(&keys)? {
             self.checkpoint_hits.add(batch.num_rows());
             return Done::rows(append_column(&self.schema, batch, values)?);
         }
         // Some rows held, some not: each row on its own.
-        let (mut batches, mut skipped) = (Vec::new(), Vec::new());
+        let mut parts = Vec::new();
         for (i, (row, key)) in slices(batch, 1).into_iter().zip(keys).enumerate() {
             let done = match memo.values(&[key])? {
                 Some(value) => {
@@ -95,18 +129,13 @@ impl<U: ?Sized> CallContext<U> {
                     Done::rows(append_column(&self.schema, &row, value)?)?
                 }
                 None => {
-                    self.call_new_rows(&row, base + i as u64, &udf_fn, Some(vec![key]))
+                    self.call_new_rows(&row, base + i as u64, udf_fn, Some(vec![key]), calls)
                         .await?
                 }
             };
-            batches.extend(done.batch);
-            skipped.extend(done.skipped);
+            parts.push(done);
         }
-        let batch = match batches.as_slice() {
-            [] => None,
-            _ => Some(concat_batches(&self.schema, &batches)?),
-        };
-        Ok(Done { batch, skipped })
+        Done::concat(&self.schema, parts)
     }
 
     /// [`CallContext::call_rows`] of rows the checkpoint does not hold (named
@@ -117,12 +146,16 @@ impl<U: ?Sized> CallContext<U> {
         base: u64,
         udf_fn: &F,
         keys: Option<Vec<Key>>,
+        calls: Calls,
     ) -> DfResult<Done>
     where
         F: Fn(Arc<U>, RecordBatch) -> Fut,
         Fut: Future<Output = Result<ArrayRef, CallError>> + Send + 'static,
     {
-        let result = self.isolate(batch, base, udf_fn).await;
+        let result = match calls {
+            Calls::Each if batch.num_rows() > 1 => self.isolate_each(batch, base, udf_fn).await,
+            _ => self.isolate(batch, base, udf_fn).await,
+        };
         self.call.release(&self.local, batch);
         let Isolated {
             rows,
@@ -230,6 +263,111 @@ impl<U: ?Sized> CallContext<U> {
             }
         }
     }
+}
+
+impl<U: ?Sized> CallContext<U> {
+    /// Calls the UDF on each row of `batch` alone, one row after another in
+    /// one task on the UDF pool (see [`CallContext::call_each`]). Under
+    /// `fail` the first failure is the error and no later row is called.
+    async fn isolate_each<F, Fut>(
+        &self,
+        batch: &RecordBatch,
+        base: u64,
+        udf_fn: &F,
+    ) -> DfResult<Isolated>
+    where
+        F: Fn(Arc<U>, RecordBatch) -> Fut,
+        Fut: Future<Output = Result<ArrayRef, CallError>> + Send + 'static,
+    {
+        use futures::FutureExt;
+        let n = batch.num_rows();
+        let mut futs = Vec::with_capacity(n);
+        for r in 0..n {
+            futs.push(udf_fn(
+                Arc::clone(&self.udf),
+                self.call.params_batch(&batch.slice(r, 1))?,
+            ));
+        }
+        let fail_fast = self.call.on_error == OnError::Fail;
+        let started = std::time::Instant::now();
+        let results = self
+            .call
+            .run(Arc::clone(&self.source), async move {
+                let mut out = Vec::with_capacity(futs.len());
+                for fut in futs {
+                    let result = match std::panic::AssertUnwindSafe(fut).catch_unwind().await {
+                        Ok(r) => r,
+                        Err(p) => Err(CallError {
+                            row: None,
+                            source: Box::new(std::io::Error::other(crate::runtime::panic_message(
+                                p,
+                            ))),
+                        }),
+                    };
+                    let failed = result.is_err();
+                    out.push(result);
+                    if failed && fail_fast {
+                        break;
+                    }
+                }
+                Ok(out)
+            })
+            .await
+            .map_err(|f| self.call.locate(f, batch, base))?;
+        self.call
+            .row_cost()
+            .observe(started.elapsed(), results.len());
+        let (mut rows, mut values, mut failed) = (Vec::new(), Vec::new(), Vec::new());
+        for (r, result) in results.into_iter().enumerate() {
+            let result = match result {
+                Ok(v) if v.len() == 1 => Ok(v),
+                Ok(v) => Err(CallError::from(UdfError::Contract(format!(
+                    "{} returned {} values for 1 row",
+                    self.call.kind,
+                    v.len()
+                )))),
+                Err(e) => Err(e),
+            };
+            match result {
+                Ok(v) => {
+                    rows.push(r);
+                    values.push(v);
+                }
+                Err(e) if fail_fast => {
+                    let failure = Failure {
+                        row: None,
+                        error: self.call.error(None, None, Arc::from(e.source)),
+                    };
+                    return Err(self
+                        .call
+                        .locate(failure, &batch.slice(r, 1), base + r as u64));
+                }
+                Err(_) => failed.push(r),
+            }
+        }
+        let values = match values.as_slice() {
+            [] => None,
+            vs => {
+                let refs: Vec<&dyn datafusion::arrow::array::Array> =
+                    vs.iter().map(|v| v.as_ref()).collect();
+                Some(datafusion::arrow::compute::concat(&refs)?)
+            }
+        };
+        Ok(Isolated {
+            rows,
+            values,
+            failed,
+        })
+    }
+}
+
+/// How the rows of one batch are given to the UDF.
+#[derive(Clone, Copy)]
+enum Calls {
+    /// In one call (a failure naming its row is called again without it).
+    Whole,
+    /// Each row in a call of its own, all in one task.
+    Each,
 }
 
 /// The outcome of [`CallContext::isolate`]: the rows that have `values`, and

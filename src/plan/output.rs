@@ -104,6 +104,26 @@ impl Done {
         })
     }
 
+    /// The outcomes of consecutive calls as one: their rows in order, their skips.
+    pub fn concat(
+        schema: &datafusion::arrow::datatypes::SchemaRef,
+        parts: Vec<Done>,
+    ) -> DfResult<Self> {
+        let (mut batches, mut skipped) = (Vec::new(), Vec::new());
+        for d in parts {
+            batches.extend(d.batch);
+            skipped.extend(d.skipped);
+        }
+        let batch = match batches.len() {
+            0 => None,
+            1 => batches.pop(),
+            _ => Some(datafusion::arrow::compute::concat_batches(
+                schema, &batches,
+            )?),
+        };
+        Ok(Self { batch, skipped })
+    }
+
     pub fn dropped(skipped: Vec<String>) -> DfResult<Self> {
         Ok(Self {
             batch: None,

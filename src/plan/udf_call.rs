@@ -11,6 +11,8 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use datafusion::arrow::array::{Array, RecordBatch};
 use datafusion::arrow::datatypes::{Field, Schema};
@@ -51,6 +53,51 @@ pub struct UdfCall {
     pub settings: Settings,
     /// Where results are kept for a save run again (its checkpoint).
     pub memo: Option<Arc<Memo>>,
+    /// The recent time per row of calls made row by row in one task.
+    row_cost: RowCost,
+}
+
+/// A call of rows made one by one in one task aims at about this long: long
+/// enough that the task and its thread crossings (tens of µs) are a few
+/// percent of it, short enough that `parallel` calls share the rows evenly.
+const CALL_TARGET: Duration = Duration::from_millis(1);
+
+/// At most this many rows in one such call.
+pub const MAX_ROWS_PER_CALL: usize = 128;
+
+/// The recent time per row of a UDF's calls (a moving mean), which sizes its
+/// next calls of file rows: a fast UDF gets up to [`MAX_ROWS_PER_CALL`] rows
+/// per call, one whose row takes a millisecond or more (or waits on the
+/// network) one row per call. One row per call until a call was measured.
+#[derive(Debug, Default)]
+pub struct RowCost {
+    /// Nanoseconds per row; 0 until the first call.
+    nanos: AtomicU64,
+}
+
+impl RowCost {
+    /// A call of `rows` rows took `elapsed`.
+    pub fn observe(&self, elapsed: Duration, rows: usize) {
+        if rows == 0 {
+            return;
+        }
+        let sample = (elapsed.as_nanos() / rows as u128).clamp(1, u64::MAX as u128) as u64;
+        let old = self.nanos.load(Ordering::Relaxed);
+        let new = if old == 0 {
+            sample
+        } else {
+            old - old / 4 + sample / 4
+        };
+        self.nanos.store(new.max(1), Ordering::Relaxed);
+    }
+
+    /// Rows for the next call.
+    pub fn rows_per_call(&self) -> usize {
+        match self.nanos.load(Ordering::Relaxed) {
+            0 => 1,
+            n => (CALL_TARGET.as_nanos() as u64 / n).clamp(1, MAX_ROWS_PER_CALL as u64) as usize,
+        }
+    }
 }
 
 /// A call that failed, with the row (within the call's input batch) when known.
@@ -99,7 +146,13 @@ impl UdfCall {
             skipped: SkipList::default(),
             settings: Settings::new(),
             memo: None,
+            row_cost: RowCost::default(),
         }
+    }
+
+    /// The recent time per row of this UDF's calls made row by row.
+    pub fn row_cost(&self) -> &RowCost {
+        &self.row_cost
     }
 
     /// Results are kept in `memo`, and rows it holds are answered from it.

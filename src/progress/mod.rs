@@ -55,6 +55,11 @@ pub struct Progress {
     pub bytes_fetched: usize,
     /// Files the prefetches found in the shared cache.
     pub cache_hits: usize,
+    /// Files the prefetches left where they are for the UDF to read (local
+    /// and in-memory files under `prefetch = auto`), and their bytes.
+    pub files_in_place: usize,
+    /// The listed bytes of `files_in_place`.
+    pub bytes_in_place: usize,
     /// Time left, estimated from the rate of the last UDF whose total is known.
     pub eta: Option<Duration>,
     /// The run has ended (the last sample of `watch`).
@@ -152,6 +157,8 @@ impl Progress {
             self.files_fetched += m.get("files_fetched");
             self.bytes_fetched += m.get("bytes_fetched");
             self.cache_hits += m.get("cache_hits");
+            self.files_in_place += m.get("files_in_place");
+            self.bytes_in_place += m.get("bytes_in_place");
         } else if let Some((name, kind, preserves)) = udf(p) {
             let rows = if preserves {
                 m.get("output_rows") + m.get("skipped_rows")
@@ -188,7 +195,7 @@ impl Progress {
         if self.has_listing {
             self.files_listed
         } else {
-            self.files_fetched + self.cache_hits
+            self.files_fetched + self.cache_hits + self.files_in_place
         }
     }
 
@@ -198,7 +205,7 @@ impl Progress {
     pub fn is_long(&self) -> bool {
         self.has_listing
             || !self.udfs.is_empty()
-            || self.files_fetched + self.cache_hits > 0
+            || self.files_fetched + self.cache_hits + self.files_in_place > 0
             || self.elapsed >= Duration::from_secs(1)
     }
 
@@ -206,11 +213,14 @@ impl Progress {
     /// `3000 rows, 3000 files, 2.9 MiB fetched in 1.4 s`.
     pub fn summary(&self, rows: usize) -> String {
         let mut s = plural(rows, "row");
-        if self.has_listing || self.files_fetched + self.cache_hits > 0 {
+        if self.has_listing || self.files() > 0 {
             s.push_str(&format!(", {}", plural(self.files(), "file")));
         }
         if self.files_fetched > 0 || self.bytes_fetched > 0 {
             s.push_str(&format!(", {} fetched", bytes(self.bytes_fetched)));
+        }
+        if self.files_in_place > 0 {
+            s.push_str(&format!(", {} read in place", bytes(self.bytes_in_place)));
         }
         if self.cache_hits > 0 {
             s.push_str(&format!(", {} cache hits", self.cache_hits));
@@ -238,6 +248,13 @@ impl Progress {
                 self.files_fetched,
                 bytes(self.bytes_fetched),
                 self.cache_hits
+            ));
+        }
+        if self.files_in_place > 0 {
+            first.push_str(&format!(
+                "  read {} files in place, {}",
+                self.files_in_place,
+                bytes(self.bytes_in_place)
             ));
         }
         if let Some(eta) = self.eta {
@@ -461,6 +478,8 @@ mod tests {
             files_fetched: 3000,
             bytes_fetched: 3 * 1024 * 1024 - 100 * 1024,
             cache_hits: 0,
+            files_in_place: 0,
+            bytes_in_place: 0,
             eta: Some(Duration::from_millis(1500)),
             finished: false,
             waiting_for_executor: false,
@@ -478,6 +497,18 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(bare.summary(1), "1 row in 2m 05s");
+        let in_place = Progress {
+            files_fetched: 0,
+            bytes_fetched: 0,
+            files_in_place: 3000,
+            bytes_in_place: 3 << 20,
+            ..sample()
+        };
+        assert_eq!(
+            in_place.summary(3000),
+            "3000 rows, 3000 files, 3.0 MiB read in place in 1.4 s"
+        );
+        assert!(in_place.lines()[0].contains("read 3000 files in place, 3.0 MiB"));
         assert!(bare.is_long() && sample().is_long());
         assert!(!Progress::default().is_long());
     }

@@ -99,15 +99,19 @@ impl<T> Drop for PoolTask<T> {
 /// "panicked: <message>" or "cancelled".
 fn join_error(e: tokio::task::JoinError) -> String {
     if e.is_panic() {
-        let p = e.into_panic();
-        p.downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| p.downcast_ref::<String>().cloned())
-            .map(|m| format!("panicked: {m}"))
-            .unwrap_or_else(|| "panicked".to_string())
+        panic_message(e.into_panic())
     } else {
         "cancelled (the runtime is shutting down)".to_string()
     }
+}
+
+/// "panicked: <message>" for the payload of a caught panic.
+pub fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .map(|m| format!("panicked: {m}"))
+        .unwrap_or_else(|| "panicked".to_string())
 }
 
 /// Runs blocking work (SQLite, file system calls) on tokio's blocking pool, so

@@ -6,7 +6,8 @@
 //! opening stores (`open.rs`: the registry, building from the environment and
 //! the chain's `storage_option`s), S3 and its credential probing (`s3.rs`),
 //! what a store error means ([`explain`], `explain.rs`), listing
-//! (`listing.rs`) and downloads (`download.rs`).
+//! (`listing.rs`), downloads (`download.rs`) and reads of small local files
+//! in the calling thread (`local_file.rs`).
 //!
 //! First-run mistakes fail at once with one line saying what to do: S3 without
 //! credentials ([`NoCredentials`]), a bucket that does not exist ([`explain_at`]:
@@ -20,6 +21,7 @@
 mod download;
 mod explain;
 mod listing;
+mod local_file;
 mod local_listing;
 mod location;
 mod open;
@@ -31,5 +33,6 @@ pub use download::{
 };
 pub use explain::{explain, explain_at};
 pub use listing::{ListingExec, StorageTable, file_schema};
+pub use local_file::{INLINE_READ_MAX, read_pinned as read_local_pinned};
 pub use location::{Location, missing_path};
 pub use open::{open_source, open_store};

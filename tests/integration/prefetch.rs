@@ -1153,3 +1153,148 @@ async fn prefetch_is_per_partition_and_max_connections_across_partitions() {
         report.metric("PrefetchExec", "peak_in_flight")
     );
 }
+
+/// `sum of bytes` of each file of `uri`, in output order, with its path.
+async fn sums_of(
+    session: &Arc<Session>,
+    uri: &str,
+    settings: Settings,
+    calls: Arc<std::sync::atomic::AtomicUsize>,
+) -> (Vec<(String, Option<u64>)>, RunReport) {
+    use datafusion::arrow::array::{Array, AsArray};
+    use datafusion::arrow::datatypes::UInt64Type;
+    let chain = session
+        .from_storage(uri)
+        .settings(settings)
+        .map("sum", move |f: File| {
+            let calls = Arc::clone(&calls);
+            async move {
+                calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                if f.path.ends_with("7.bin") {
+                    return Err(std::io::Error::other(format!("no sevens: {}", f.path)));
+                }
+                f.read()
+                    .await
+                    .map_err(std::io::Error::other)
+                    .map(|b| b.iter().map(|&x| x as u64).sum::<u64>())
+            }
+        })
+        .select([col("file.path").alias("path"), col("sum")]);
+    let (batches, report) = chain.collect_with_report().await.expect("run");
+    let mut rows = Vec::new();
+    for b in &batches {
+        let (paths, sums) = (
+            b.column(0).as_string::<i32>(),
+            b.column(1).as_primitive::<UInt64Type>(),
+        );
+        for i in 0..b.num_rows() {
+            rows.push((
+                paths.value(i).to_string(),
+                sums.is_valid(i).then(|| sums.value(i)),
+            ));
+        }
+    }
+    (rows, report)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_at_hand_are_read_in_place_under_auto_each_row_its_own_call() {
+    // 600 local files and the same in an in-memory store: under `auto` (the
+    // default) no download, rows in listing order, every row called exactly
+    // once though fast rows share a task, and only the failing rows (names
+    // ending in 7) lose their value; a fixed window fetches them all.
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let size = |i: usize| 1 + i % 300;
+    let dir = tempfile::tempdir().expect("dir");
+    let rels = write_files(dir.path(), 600, size);
+    let session = Session::new();
+    let mem = Arc::new(InMemory::new());
+    put_files(mem.as_ref(), "", 600, size).await;
+    session
+        .register_store("memory://athand", mem as _)
+        .expect("register");
+    let mut want: Vec<(String, Option<u64>)> = (0..600)
+        .map(|i| {
+            let sum = content(i, size(i)).iter().map(|&x| x as u64).sum();
+            (
+                rels[i].clone(),
+                Some(sum).filter(|_| !rels[i].ends_with("7.bin")),
+            )
+        })
+        .collect();
+    want.sort();
+    let local = dir.path().display().to_string();
+    for uri in [local.as_str(), "memory://athand/"] {
+        for (label, settings, fetched) in [
+            ("auto", Settings::new(), 0),
+            ("prefetch 8", Settings::new().prefetch(8), 600),
+        ] {
+            let calls = Arc::new(AtomicUsize::new(0));
+            let settings = settings.on_error(OnError::Null);
+            let (rows, report) = sums_of(&session, uri, settings, Arc::clone(&calls)).await;
+            let got: Vec<(String, Option<u64>)> = rows
+                .into_iter()
+                .map(|(path, sum)| {
+                    let rel = rels.iter().find(|r| path.ends_with(r.as_str()));
+                    (rel.expect("a written file").clone(), sum)
+                })
+                .collect();
+            assert_eq!(got, want, "{uri} {label}: values, nulls and listing order");
+            assert_eq!(
+                calls.load(Ordering::SeqCst),
+                600,
+                "{uri} {label}: one call per row"
+            );
+            assert_eq!(
+                report.metric("PrefetchExec", "files_fetched"),
+                fetched,
+                "{uri} {label}"
+            );
+            assert_eq!(
+                report.metric("PrefetchExec", "files_in_place"),
+                600 - fetched,
+                "{uri} {label}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_rows_sharing_a_task_skip_or_fail_one_by_one() {
+    // Fast rows are called several to a task: `skip` drops exactly the
+    // failing rows (each called once), `fail` names the first failing file.
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let dir = tempfile::tempdir().expect("dir");
+    let rels = write_files(dir.path(), 400, |_| 16);
+    let session = Session::new();
+    let uri = dir.path().display().to_string();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let settings = Settings::new().on_error(OnError::Skip);
+    let (rows, _) = sums_of(&session, &uri, settings, Arc::clone(&calls)).await;
+    assert_eq!(calls.load(Ordering::SeqCst), 400, "each row called once");
+    let sevens = rels.iter().filter(|r| r.ends_with("7.bin")).count();
+    assert_eq!(rows.len(), 400 - sevens);
+    assert!(
+        rows.iter()
+            .all(|(p, s)| !p.ends_with("7.bin") && s.is_some())
+    );
+    let err = session
+        .from_storage(&uri)
+        .map("sum", |f: File| async move {
+            if f.path.ends_with("7.bin") {
+                return Err(std::io::Error::other("no sevens"));
+            }
+            f.read()
+                .await
+                .map_err(std::io::Error::other)
+                .map(|b| b.len() as u64)
+        })
+        .collect()
+        .await
+        .expect_err("fails");
+    let text = err.to_string();
+    assert!(
+        text.contains("no sevens") && text.contains("7.bin"),
+        "{text}"
+    );
+}

@@ -106,7 +106,8 @@ fn a_terminal_shows_files_done_of_the_total_while_create_dataset_runs() {
     );
     // The summary line comes after the display, before the message.
     assert!(
-        before.contains(&format!("{N} rows, {N} files, ")) && before.contains(" MiB fetched in "),
+        before.contains(&format!("{N} rows, {N} files, "))
+            && before.contains(" MiB read in place in "),
         "{before}"
     );
 }
@@ -173,7 +174,7 @@ fn pipes_get_the_summary_on_stderr_only_and_quiet_gets_none() {
     let lines: Vec<&str> = err.lines().collect();
     assert_eq!(lines.len(), 2, "{err}");
     assert!(
-        lines[0].starts_with("7 rows, 7 files, 91 B fetched in "),
+        lines[0].starts_with("7 rows, 7 files, 91 B read in place in "),
         "{err}"
     );
     assert_eq!(lines[1], "saved dataset y version 1 (7 rows)");
@@ -210,7 +211,10 @@ fn check_samples(samples: &[Progress], n: usize, udfs: &[&str]) {
     }
     assert_eq!(last.files_listed, n);
     assert!(last.listing_done && last.has_listing);
-    assert_eq!(last.files_fetched + last.cache_hits, n);
+    assert_eq!(
+        last.files_fetched + last.cache_hits + last.files_in_place,
+        n
+    );
     let names: Vec<&str> = last.udfs.iter().map(|u| u.name.as_str()).collect();
     assert_eq!(names, udfs);
     for u in &last.udfs {

@@ -44,6 +44,9 @@ pub(super) struct PrefetchMetrics {
     pub(super) cache_hits: Count,
     pub(super) retries: Count,
     pub(super) skipped_files: Count,
+    /// Files handed on to be read where they are, and their listed bytes.
+    pub(super) files_in_place: Count,
+    pub(super) bytes_in_place: Count,
     /// Downloads in flight at once across all partitions (one gauge shared by them).
     pub(super) peak_in_flight: Gauge,
     /// The most bytes the reorder buffer held (`ordered = true`).

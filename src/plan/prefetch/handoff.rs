@@ -5,7 +5,10 @@
 //! puts the results back in input order before emitting them, then settles
 //! the row here.
 //!
-//! Guarantees: every row the stream returns has its position pushed just
+//! Positions are the prefetch's own order of what it hands on: one per row it
+//! downloads, one per run of rows whose files needed none (handed on whole).
+//!
+//! Guarantees: every batch the stream returns has its position pushed just
 //! before it is returned, so the operator, which reads the stream directly,
 //! pairs each batch with its position by taking them in the same order; a row
 //! the prefetch drops (`on_error = skip`) is announced so the operator does not
@@ -28,8 +31,9 @@ pub struct Handoff {
 
 #[derive(Default)]
 struct State {
-    /// Positions of the rows returned and not yet taken by the operator.
-    returned: VecDeque<u64>,
+    /// Places (and input positions of their first rows) of the batches
+    /// returned and not yet taken by the operator.
+    returned: VecDeque<(u64, u64)>,
     /// Rows the prefetch dropped, not yet passed over by the operator.
     dropped: BTreeSet<u64>,
     /// Rows the operator is done with, not yet seen by the prefetch.
@@ -41,9 +45,10 @@ impl Handoff {
         lock(&self.state)
     }
 
-    /// The prefetch is about to return row `seq`.
-    pub(super) fn returned(&self, seq: u64) {
-        self.state().returned.push_back(seq);
+    /// The prefetch is about to return its batch number `seq`, whose first
+    /// row is row `base` of its input.
+    pub(super) fn returned(&self, seq: u64, base: u64) {
+        self.state().returned.push_back((seq, base));
     }
 
     /// The prefetch dropped row `seq`: it never comes.
@@ -61,9 +66,10 @@ impl Handoff {
         self.settled.notified().await;
     }
 
-    /// The position in the input of the batch the operator just received
-    /// from the stream (one row).
-    pub fn take_seq(&self) -> Option<u64> {
+    /// The place in the prefetch's order of the batch the operator just
+    /// received from the stream (one row, or a run of rows whose files needed
+    /// no download), and the input position of its first row.
+    pub fn take_seq(&self) -> Option<(u64, u64)> {
         self.state().returned.pop_front()
     }
 
@@ -100,12 +106,12 @@ mod tests {
     #[test]
     fn positions_pair_in_order_and_settling_wakes_the_prefetch() {
         let h = Handoff::default();
-        h.returned(3);
-        h.returned(1);
+        h.returned(3, 30);
+        h.returned(1, 10);
         h.dropped(2);
         assert_eq!(
             (h.take_seq(), h.take_seq(), h.take_seq()),
-            (Some(3), Some(1), None)
+            (Some((3, 30)), Some((1, 10)), None)
         );
         assert!(h.passes(2));
         assert!(!h.passes(2), "passed over once");

@@ -23,6 +23,11 @@
 //! - a row is emitted only when every `File` in it has a complete local copy
 //!   (a temp file, or a shared-cache entry, pinned so that no pruning removes
 //!   it until the row is released); the UDF's `File` reads then go to that copy;
+//! - except files already at hand: under `prefetch = auto` and `cache =
+//!   false`, those of the local file system and of an in-memory store are
+//!   read by the UDF where they are (no copy, no download task; counted in
+//!   `files_in_place` and `bytes_in_place`): an input batch none of whose
+//!   rows has a file to fetch is handed on whole, in its turn;
 //! - every download is a task aborted when the stream is dropped; the temp dir
 //!   (see `TempCache`) goes away with the stream;
 //! - a download that fails after retries fails the query naming the file
@@ -198,6 +203,8 @@ impl PrefetchExec {
             cache_hits: m("cache_hits"),
             retries: m("retries"),
             skipped_files: m("skipped_files"),
+            files_in_place: m("files_in_place"),
+            bytes_in_place: m("bytes_in_place"),
             peak_in_flight: self.peak_in_flight.clone(),
             reorder_peak_bytes: MetricBuilder::new(&self.metrics)
                 .gauge("reorder_peak_bytes", partition),
@@ -244,6 +251,9 @@ impl PrefetchExec {
             downloads,
             handoff,
             self.options.memo.clone(),
+            stream::Direct {
+                at_hand: matches!(self.options.prefetch, Prefetch::Auto) && !self.options.cache,
+            },
         );
         let schema = self.input.schema();
         let stream = futures::stream::unfold(state, |mut s| async move {

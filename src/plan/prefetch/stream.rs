@@ -50,6 +50,7 @@ use udfchain_udfs::{File, decode_column};
 use super::fetch::Downloads;
 use super::handoff::Handoff;
 use super::window::AutoWindow;
+use crate::cache::{Reach, StoreSource};
 use crate::error::Error;
 use crate::plan::batches::slices;
 use crate::plan::memo::Memo;
@@ -70,10 +71,12 @@ pub(super) const REORDER_WINDOWS: usize = 32;
 /// own rows are larger keeps twice its bytes.
 pub(super) const REORDER_MAX_BYTES: usize = 256 << 20;
 
-/// A finished fetch of one row.
+/// A finished fetch of one row, or a run of rows that needed none.
 pub(super) struct Fetched {
-    /// The row's position in the partition's input.
+    /// Its place in the order of what this stream hands on.
     seq: u64,
+    /// The position of its first row in the partition's input.
+    base: u64,
     /// The row, `None` if skipped.
     row: DfResult<Option<RecordBatch>>,
     /// Bytes charged to the memory pool for it.
@@ -235,8 +238,15 @@ pub(super) struct PrefetchStream {
     pub(super) in_flight: FuturesUnordered<Fetch>,
     /// `ordered = true`: rows that finished before their turn.
     pub(super) reorder: Option<Reorder>,
-    /// The seq of the next row to start.
+    /// The seq of the next row (or run of rows) to start.
     pub(super) next_seq: u64,
+    /// The input position of the next row to start.
+    next_row: u64,
+    /// Runs of rows whose files need no download, in input order, handed on
+    /// as finished fetches (a whole input batch each).
+    passed: VecDeque<Fetched>,
+    /// Which stores' files are read where they are, not fetched first.
+    direct: Direct,
     pub(super) window: usize,
     /// `prefetch = auto`: the policy that sizes `window`.
     pub(super) auto: Option<AutoWindow>,
@@ -262,6 +272,7 @@ impl PrefetchStream {
         downloads: Arc<Downloads>,
         handoff: Option<Arc<Handoff>>,
         memo: Option<Arc<Memo>>,
+        direct: Direct,
     ) -> Self {
         Self {
             memo,
@@ -272,6 +283,9 @@ impl PrefetchStream {
             in_flight: FuturesUnordered::new(),
             reorder: ordered.then(Reorder::default),
             next_seq: 0,
+            next_row: 0,
+            passed: VecDeque::new(),
+            direct,
             window,
             auto,
             reservation,
@@ -360,14 +374,17 @@ impl PrefetchStream {
                 && !head_ready
                 && !waiting
                 && self.rows.is_empty()
+                && self.passed.is_empty()
                 && self.input_done
             {
                 // Every row is out: the pin has no next member to serve.
                 self.downloads.unpin();
                 return None;
             }
-            let want_input =
-                !self.input_done && self.rows.is_empty() && self.in_flight.len() < self.window;
+            let want_input = !self.input_done
+                && self.rows.is_empty()
+                && self.passed.is_empty()
+                && self.in_flight.len() < self.window;
             let waited = Instant::now();
             // Input first: a window with room and no rows to start must be
             // refilled before the next finished row is handed out, or a burst
@@ -377,7 +394,8 @@ impl PrefetchStream {
                 batch = self.input.next(), if want_input => {
                     match batch {
                         Some(Ok(b)) => match self.rows_to_fetch(&b) {
-                            Ok(rows) => self.rows.extend(rows),
+                            Ok(Needs::Fetch(rows)) => self.rows.extend(rows),
+                            Ok(Needs::Nothing { files, bytes }) => self.pass(b, files, bytes),
                             Err(e) => return Some(Err(e)),
                         },
                         Some(Err(e)) => return Some(Err(e)),
@@ -386,6 +404,7 @@ impl PrefetchStream {
                     continue;
                 }
                 () = std::future::ready(()), if head_ready => None,
+                () = std::future::ready(()), if !self.passed.is_empty() => self.passed.pop_front(),
                 // A row settled above may make room in the reorder bound.
                 () = settled(&self.handoff), if self.handoff.is_some() && self.reorder.as_ref().is_some_and(Reorder::pending) => continue,
                 done = self.in_flight.next(), if !self.in_flight.is_empty() => {
@@ -410,7 +429,7 @@ impl PrefetchStream {
                         // Handed on now, settled by the operator above in its turn.
                         (Some(f), Some(h)) if matches!(f.row, Ok(Some(_))) => {
                             r.handed_early(f.seq, &self.downloads.metrics.reorder_peak_bytes);
-                            h.returned(f.seq);
+                            h.returned(f.seq, f.base);
                             f
                         }
                         (Some(f), Some(h)) if matches!(f.row, Ok(None)) => {
@@ -443,17 +462,50 @@ impl PrefetchStream {
     }
 
     /// The rows of `b` with the files to fetch for each: none for a row whose
-    /// result the UDF's checkpoint already holds (its UDF makes no call).
-    fn rows_to_fetch(&self, b: &RecordBatch) -> DfResult<Vec<(RecordBatch, Vec<File>)>> {
-        let mut rows = rows_with_files(b, &self.downloads.file_cols)?;
+    /// result the UDF's checkpoint already holds (its UDF makes no call), nor
+    /// for a file read where it is (see [`Direct`]). When no row has a file
+    /// to fetch, `b` is handed on whole (and never cut into rows).
+    fn rows_to_fetch(&self, b: &RecordBatch) -> DfResult<Needs> {
+        let mut files = files_by_row(b, &self.downloads.file_cols)?;
         if let Some(memo) = self.memo.as_ref().filter(|m| m.kept() > 0) {
-            for ((_, files), key) in rows.iter_mut().zip(memo.keys(b)?) {
+            for (files, key) in files.iter_mut().zip(memo.keys(b)?) {
                 if memo.contains(&key) {
                     files.clear();
                 }
             }
         }
-        Ok(rows)
+        let source = &self.downloads.source;
+        if files.iter().flatten().all(|f| self.direct.reads(f, source)) {
+            let (n, bytes) = files.iter().flatten().fold((0, 0), |(n, bytes), f| {
+                let size = if f.size_known() { f.size as usize } else { 0 };
+                (n + 1, bytes + size)
+            });
+            return Ok(Needs::Nothing { files: n, bytes });
+        }
+        Ok(Needs::Fetch(slices(b, 1).into_iter().zip(files).collect()))
+    }
+
+    /// Hands `b` on whole, after the rows started before it: a finished
+    /// fetch that needed no download (no bytes charged, nothing to release)
+    /// of `files` files of `bytes` bytes, read where they are.
+    fn pass(&mut self, b: RecordBatch, files: usize, bytes: usize) {
+        self.downloads.metrics.files_in_place.add(files);
+        self.downloads.metrics.bytes_in_place.add(bytes);
+        let (seq, base) = (self.next_seq, self.next_row);
+        self.next_seq += 1;
+        self.next_row += b.num_rows() as u64;
+        if let Some(r) = &mut self.reorder {
+            r.started(seq, cost_of(0));
+        }
+        self.passed.push_back(Fetched {
+            seq,
+            base,
+            row: Ok(Some(b)),
+            bytes: 0,
+            estimated: 0,
+            unsized_files: 0,
+            learned: 0,
+        });
     }
 
     /// `prefetch = auto`: resizes the window after a row was taken (see
@@ -476,8 +528,9 @@ impl PrefetchStream {
         bytes: usize,
         (estimated, unsized_files): (usize, usize),
     ) {
-        let seq = self.next_seq;
+        let (seq, base) = (self.next_seq, self.next_row);
         self.next_seq += 1;
+        self.next_row += 1;
         if let Some(r) = &mut self.reorder {
             r.started(seq, cost_of(bytes));
         }
@@ -486,6 +539,7 @@ impl PrefetchStream {
             let (row, learned) = downloads.fetch_row(row, files).await;
             Fetched {
                 seq,
+                base,
                 row,
                 bytes,
                 estimated,
@@ -497,27 +551,43 @@ impl PrefetchStream {
     }
 }
 
-/// The rows of `batch`, one-row batches each with the non-null `File`s of its
-/// `file_cols` (every column decoded once for the whole batch).
-pub(super) fn rows_with_files(
-    batch: &RecordBatch,
-    file_cols: &[usize],
-) -> DfResult<Vec<(RecordBatch, Vec<File>)>> {
-    let mut columns = Vec::with_capacity(file_cols.len());
+/// Which files a `PrefetchExec` leaves where they are, for the UDF to read
+/// directly: under `prefetch = auto`, those of the local file system and of
+/// an in-memory store (a page-cached read costs less than the hand-off of a
+/// download); a fixed `prefetch = N` fetches every file ahead, as asked (for
+/// network file systems and cold disks).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Direct {
+    pub(super) at_hand: bool,
+}
+
+impl Direct {
+    fn reads(&self, file: &File, source: &StoreSource) -> bool {
+        self.at_hand && source.reach(file) != Reach::Network
+    }
+}
+
+/// What an input batch needs from the prefetch.
+enum Needs {
+    /// Its rows, one-row batches, each with the files to fetch for it.
+    Fetch(Vec<(RecordBatch, Vec<File>)>),
+    /// Nothing: its `files` files (of `bytes` bytes) are read where they are.
+    Nothing { files: usize, bytes: usize },
+}
+
+/// The non-null `File`s of each row of `batch` in its `file_cols` (every
+/// column decoded once for the whole batch).
+fn files_by_row(batch: &RecordBatch, file_cols: &[usize]) -> DfResult<Vec<Vec<File>>> {
+    let mut rows: Vec<Vec<File>> = vec![Vec::with_capacity(file_cols.len()); batch.num_rows()];
     for &c in file_cols {
         let files: Vec<Option<File>> = decode_column(batch.column(c)).map_err(|e| {
             Error::internal(format!("a File column the planner checked: {e}")).into_df()
         })?;
-        columns.push(files);
+        for (row, f) in rows.iter_mut().zip(files) {
+            row.extend(f);
+        }
     }
-    Ok(slices(batch, 1)
-        .into_iter()
-        .enumerate()
-        .map(|(i, row)| {
-            let files = columns.iter().filter_map(|c| c[i].clone()).collect();
-            (row, files)
-        })
-        .collect())
+    Ok(rows)
 }
 
 #[cfg(test)]
@@ -528,6 +598,7 @@ mod tests {
     fn fetched(seq: u64, bytes: usize) -> Fetched {
         Fetched {
             seq,
+            base: seq,
             row: Ok(None),
             bytes,
             estimated: 0,

@@ -1,0 +1,142 @@
+//! Reading a small file of the local file system store (`file://`) in the
+//! calling thread. Through `LocalFileSystem` one read of a local file crosses
+//! threads twice (the I/O runtime, then its blocking pool) and costs more
+//! than the read itself for a file of a few KiB; a UDF-pool thread reading a
+//! page-cached file directly pays only the syscalls (open, fstat, read,
+//! close).
+//!
+//! Guarantees: the key maps to the path `LocalFileSystem` (rooted at `/`)
+//! maps it to; the bytes, and the errors for a missing file (a directory
+//! counts as missing, as there), are those of a GET through it; the version
+//! pin is checked against the open file's own metadata (the etag object_store
+//! computes: inode, mtime in µs, size), so a file rewritten since it was
+//! listed is a `Changed` error, never bytes of another version; a file larger
+//! than the caller's limit is not read (`None`: take the streamed path).
+
+use std::fs::Metadata;
+use std::io::Read;
+use std::path::PathBuf;
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use datafusion::object_store::ObjectMeta;
+use datafusion::object_store::path::Path;
+
+use super::VersionPin;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A file up to this size may be read in the calling thread: at memory speed
+/// that blocks it for about a millisecond, less than two thread crossings of
+/// a streamed read cost for small files.
+pub const INLINE_READ_MAX: u64 = 4 << 20;
+
+/// The file `key` names in `LocalFileSystem::new()`'s key space.
+pub fn fs_path(key: &Path) -> Option<PathBuf> {
+    let mut url = url::Url::parse("file:///").ok()?;
+    url.path_segments_mut()
+        .ok()?
+        .pop_if_empty()
+        .extend(key.parts());
+    url.to_file_path().ok()
+}
+
+/// `LocalFileSystem`'s etag: inode, mtime in µs and size, in hex.
+pub fn etag(meta: &Metadata) -> String {
+    #[cfg(unix)]
+    let inode = std::os::unix::fs::MetadataExt::ino(meta);
+    #[cfg(not(unix))]
+    let inode = 0u64;
+    let mtime = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+        .unwrap_or_default()
+        .as_micros();
+    format!("{inode:x}-{mtime:x}-{:x}", meta.len())
+}
+
+/// The whole of the file `key` names, of the version `pin` names, read in
+/// this thread; `Ok(None)` when it is larger than `limit` bytes.
+pub fn read_pinned(key: &Path, pin: &VersionPin, limit: u64) -> Result<Option<Bytes>, BoxError> {
+    let path = fs_path(key).ok_or_else(|| format!("{key} is not a local path"))?;
+    let not_found = |source: std::io::Error| -> BoxError {
+        super::explain(object_store::Error::NotFound {
+            path: path.display().to_string(),
+            source: Box::new(source),
+        })
+    };
+    let mut file = match std::fs::File::open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(not_found(e)),
+        Err(e) => return Err(Box::new(e)),
+    };
+    let meta = file.metadata()?;
+    if meta.is_dir() {
+        return Err(not_found(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            "is directory",
+        )));
+    }
+    let object = ObjectMeta {
+        location: key.clone(),
+        last_modified: meta.modified()?.into(),
+        size: meta.len(),
+        e_tag: Some(etag(&meta)),
+        version: None,
+    };
+    pin.check(&object)?;
+    if meta.len() > limit {
+        return Ok(None);
+    }
+    let mut buf = Vec::with_capacity(meta.len() as usize);
+    // One byte past the size: a file that grew since the fstat is read whole
+    // rather than cut (its etag, checked above, was of this version).
+    (&mut file).take(limit + 1).read_to_end(&mut buf)?;
+    if buf.len() as u64 > limit {
+        return Ok(None);
+    }
+    Ok(Some(Bytes::from(buf)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pin_of(path: &std::path::Path) -> VersionPin {
+        let meta = std::fs::metadata(path).expect("stat");
+        let file = udfchain_udfs::File {
+            etag: Some(etag(&meta)),
+            ..Default::default()
+        };
+        VersionPin::of(&file)
+    }
+
+    #[test]
+    fn a_local_read_gives_the_bytes_and_refuses_another_version() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("a b#%é.txt");
+        std::fs::write(&path, b"hello").expect("write");
+        let key = Path::from_absolute_path(&path).expect("key");
+        assert_eq!(fs_path(&key).as_deref(), Some(path.as_path()));
+        let pin = pin_of(&path);
+        let bytes = read_pinned(&key, &pin, 1 << 20).expect("read");
+        assert_eq!(bytes.as_deref(), Some(&b"hello"[..]));
+        assert_eq!(
+            read_pinned(&key, &pin, 4).expect("read"),
+            None,
+            "over the limit"
+        );
+        // Rewritten with another size: another etag.
+        std::fs::write(&path, b"hello, again").expect("rewrite");
+        let err = read_pinned(&key, &pin, 1 << 20).expect_err("changed");
+        assert!(err.to_string().contains("changed"), "{err}");
+        // Missing, and a directory, are not found.
+        std::fs::remove_file(&path).expect("rm");
+        let err = read_pinned(&key, &pin, 1 << 20).expect_err("missing");
+        assert!(err.to_string().contains("not found"), "{err}");
+        let dir_key = Path::from_absolute_path(dir.path()).expect("key");
+        let err = read_pinned(&dir_key, &VersionPin::default(), 1 << 20).expect_err("dir");
+        assert!(err.to_string().contains("not found"), "{err}");
+    }
+}
