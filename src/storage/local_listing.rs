@@ -13,26 +13,32 @@
 //! - in byte-wise lexicographic order of the key, as S3 returns it: each
 //!   directory's entries are sorted by name with a directory compared as
 //!   `name/` (so `a-c` < `a/x` < `a0`, as the full keys compare);
-//! - one `stat` per file (a directory's type comes from `readdir`), done when
-//!   the file is reached, and the walk runs on the blocking pool in chunks, so
-//!   a `limit` above the listing stops it early;
+//! - one `stat` per file (a directory's type comes from `readdir`), relative to
+//!   its open directory (no path lookup from `/`), done when the file's chunk is
+//!   reached: the walk runs on the blocking pool in chunks, so a `limit` above
+//!   the listing stops it early; a chunk's files are stat'ed on up to `cores`
+//!   blocking threads at once, each part's results kept in the chunk's order;
 //! - a symlink to one of its own ancestor directories is an error naming both
 //!   paths, not an endless walk.
 
-use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::fs::{self, Metadata};
 use std::io;
 use std::path::{Path as FsPath, PathBuf};
+use std::sync::Arc;
 use std::time::SystemTime;
 
-use futures::stream::{BoxStream, StreamExt};
+use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use object_store::ObjectMeta;
-use object_store::path::Path;
+use object_store::path::{Path, PathPart};
 use url::Url;
 
-/// Files stat'ed per trip to the blocking pool (object_store's own chunk).
+/// Files stat'ed per trip of the walk (object_store's own chunk).
 const CHUNK: usize = 1024;
+
+/// The fewest files worth a blocking thread of their own: a smaller chunk is
+/// stat'ed in the walk's own trip.
+const MIN_PART: usize = 256;
 
 /// The files under `prefix` of the local file system (the key space of
 /// `LocalFileSystem::new()`), recursively or only those directly in it.
@@ -42,30 +48,82 @@ pub(crate) fn list_local(
 ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
     let walk = match prefix_dir(prefix) {
         Ok(root) => Walk::new(root, recursive),
-        Err(e) => return futures::stream::once(async move { Err(e) }).boxed(),
+        Err(e) => return stream::once(async move { Err(e) }).boxed(),
     };
-    futures::stream::try_unfold(
-        (Some(walk), VecDeque::new()),
-        |(mut walk, mut ready)| async move {
-            if ready.is_empty()
-                && let Some(mut w) = walk.take()
-            {
-                let (w, chunk) = crate::runtime::blocking(move || {
-                    let chunk = w.next_chunk(CHUNK);
-                    Ok((w, chunk))
-                })
-                .await
-                .map_err(|e| generic(e.to_string()))?;
-                walk = (!w.done()).then_some(w);
-                ready = chunk;
-            }
-            match ready.pop_front() {
-                Some(meta) => Ok(Some((meta?, (walk, ready)))),
-                None => Ok(None),
-            }
-        },
-    )
+    let cores = crate::runtime::cores();
+    stream::try_unfold(Some(walk), move |walk| async move {
+        let Some(walk) = walk else {
+            return Ok::<_, object_store::Error>(None);
+        };
+        let (walk, metas) = next_chunk(walk, cores).await?;
+        Ok(Some((stream::iter(metas), walk)))
+    })
+    .try_flatten()
     .boxed()
+}
+
+/// The walk's next chunk of results (ended by its first error) and the walk,
+/// `None` once it is done.
+async fn next_chunk(
+    mut walk: Walk,
+    cores: usize,
+) -> object_store::Result<(Option<Walk>, Vec<object_store::Result<ObjectMeta>>)> {
+    let (walk, chunk, walk_error) = crate::runtime::blocking(move || {
+        let files = walk.next_files(CHUNK);
+        let walk_error = walk.failed.take();
+        let chunk = if files.len() < 2 * MIN_PART {
+            Chunk::Done(stat_all(files))
+        } else {
+            Chunk::Files(files)
+        };
+        Ok((walk, chunk, walk_error))
+    })
+    .await
+    .map_err(|e| generic(e.to_string()))?;
+    let mut metas = match chunk {
+        Chunk::Done(metas) => metas,
+        Chunk::Files(mut files) => {
+            let parts = (files.len() / MIN_PART).clamp(1, cores.max(1));
+            let per = files.len().div_ceil(parts);
+            let mut split = Vec::with_capacity(parts);
+            while files.len() > per {
+                split.push(files.split_off(files.len() - per));
+            }
+            split.push(files);
+            let stats = split
+                .into_iter()
+                .rev()
+                .map(|part| crate::runtime::blocking(move || Ok(stat_all(part))));
+            futures::future::try_join_all(stats)
+                .await
+                .map_err(|e| generic(e.to_string()))?
+                .into_iter()
+                .flatten()
+                .collect()
+        }
+    };
+    match metas.iter().position(|m| m.is_err()) {
+        Some(i) => metas.truncate(i + 1),
+        None => metas.extend(walk_error.map(Err)),
+    }
+    let failed = metas.last().is_some_and(|m| m.is_err());
+    let walk = (!failed && !walk.done()).then_some(walk);
+    Ok((walk, metas))
+}
+
+enum Chunk {
+    /// Stat'ed already (a small chunk).
+    Done(Vec<object_store::Result<ObjectMeta>>),
+    /// To stat, in parts.
+    Files(Vec<Visit>),
+}
+
+/// The objects of `files`, in their order, those `LocalFileSystem` skips left out.
+fn stat_all(files: Vec<Visit>) -> Vec<object_store::Result<ObjectMeta>> {
+    files
+        .into_iter()
+        .filter_map(|f| file_meta(f).transpose())
+        .collect()
 }
 
 fn generic(msg: String) -> object_store::Error {
@@ -92,15 +150,43 @@ struct Dir {
     /// (device, inode): to notice a symlink back to an ancestor.
     id: (u64, u64),
     path: PathBuf,
+    /// Shared by the visits of its files.
+    key: Arc<DirKey>,
+}
+
+/// What a file's key is built from.
+struct DirKey {
+    /// `Path::from_absolute_path` of the directory; `None` when it has no valid
+    /// key (then each file's own conversion gives object_store's error).
+    location: Option<Path>,
 }
 
 struct Entry {
     /// The name, with `/` appended for a directory: the sort key.
     key: Vec<u8>,
-    path: PathBuf,
-    /// Known when the type needed a `stat` (a symlink); else taken at visit.
-    meta: Option<Metadata>,
-    is_dir: bool,
+    kind: Kind,
+}
+
+enum Kind {
+    /// A directory (or a symlink to one) at this path.
+    Dir(PathBuf),
+    /// Anything else (a fifo or socket is skipped by the visit's stat).
+    File(Stat),
+}
+
+enum Stat {
+    /// Not a symlink per `readdir`: stat'ed at the visit, through the entry
+    /// (relative to its directory's open handle).
+    Entry(fs::DirEntry),
+    /// A symlink: what it points to, stat'ed when the directory was read.
+    Known(Metadata, PathBuf),
+}
+
+/// A file reached by the walk, not yet stat'ed.
+struct Visit {
+    name: Vec<u8>,
+    stat: Stat,
+    dir: Arc<DirKey>,
 }
 
 /// A depth-first walk in key order.
@@ -108,6 +194,8 @@ struct Walk {
     stack: Vec<Dir>,
     root: Option<PathBuf>,
     recursive: bool,
+    /// An error met by the walk itself, returned after the files before it.
+    failed: Option<object_store::Error>,
 }
 
 impl Walk {
@@ -116,6 +204,7 @@ impl Walk {
             stack: Vec::new(),
             root: Some(root),
             recursive,
+            failed: None,
         }
     }
 
@@ -123,17 +212,15 @@ impl Walk {
         self.root.is_none() && self.stack.is_empty()
     }
 
-    /// Up to `n` results; an error ends the walk after it.
-    fn next_chunk(&mut self, n: usize) -> VecDeque<object_store::Result<ObjectMeta>> {
-        let mut out = VecDeque::new();
+    /// The next up to `n` files in key order; a directory that cannot be read
+    /// ends the walk (its error in `failed`, to come after these files).
+    fn next_files(&mut self, n: usize) -> Vec<Visit> {
+        let mut out = Vec::with_capacity(n);
         if let Some(root) = self.root.take() {
             match self.open_dir(&root) {
                 Ok(Some(dir)) => self.stack.push(dir),
                 Ok(None) => {}
-                Err(e) => {
-                    out.push_back(Err(e));
-                    return out;
-                }
+                Err(e) => self.fail(e),
             }
         }
         while out.len() < n {
@@ -144,32 +231,31 @@ impl Walk {
                 self.stack.pop();
                 continue;
             };
-            if entry.is_dir {
-                if !self.recursive {
-                    continue;
-                }
-                match self.open_dir(&entry.path) {
-                    Ok(Some(dir)) => self.stack.push(dir),
-                    Ok(None) => {}
-                    Err(e) => {
-                        out.push_back(Err(e));
-                        self.stack.clear();
-                        break;
+            match entry.kind {
+                Kind::Dir(path) => {
+                    if !self.recursive {
+                        continue;
+                    }
+                    match self.open_dir(&path) {
+                        Ok(Some(dir)) => self.stack.push(dir),
+                        Ok(None) => {}
+                        Err(e) => self.fail(e),
                     }
                 }
-                continue;
-            }
-            match file_meta(entry) {
-                Ok(Some(meta)) => out.push_back(Ok(meta)),
-                Ok(None) => {}
-                Err(e) => {
-                    out.push_back(Err(e));
-                    self.stack.clear();
-                    break;
-                }
+                Kind::File(stat) => out.push(Visit {
+                    name: entry.key,
+                    stat,
+                    dir: Arc::clone(&top.key),
+                }),
             }
         }
         out
+    }
+
+    /// Ends the walk with `e`.
+    fn fail(&mut self, e: object_store::Error) {
+        self.stack.clear();
+        self.failed = Some(e);
     }
 
     /// The sorted entries of `path`; `None` when it is gone or not a directory.
@@ -200,30 +286,32 @@ impl Walk {
                 Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(io_error(path, e)),
             };
-            let (path, name) = (e.path(), e.file_name());
-            let (is_dir, meta) = match e.file_type() {
-                Ok(t) if t.is_dir() => (true, None),
-                // A file (or a fifo or socket, which the visit's stat skips).
-                Ok(t) if !t.is_symlink() => (false, None),
+            let name = e.file_name();
+            let kind = match e.file_type() {
+                Ok(t) if t.is_dir() => Kind::Dir(e.path()),
+                Ok(t) if !t.is_symlink() => Kind::File(Stat::Entry(e)),
                 // A symlink (or a type readdir does not say): what it points to.
-                _ => match fs::metadata(&path) {
-                    Ok(m) => (m.is_dir(), Some(m)),
-                    // Broken, or gone since readdir.
-                    Err(_) => continue,
-                },
+                _ => {
+                    let path = e.path();
+                    match fs::metadata(&path) {
+                        Ok(m) if m.is_dir() => Kind::Dir(path),
+                        Ok(m) => Kind::File(Stat::Known(m, path)),
+                        // Broken, or gone since readdir.
+                        Err(_) => continue,
+                    }
+                }
             };
-            entries.push(Entry {
-                key: sort_key(name, is_dir),
-                path,
-                meta,
-                is_dir,
-            });
+            let key = sort_key(name, matches!(kind, Kind::Dir(_)));
+            entries.push(Entry { key, kind });
         }
         entries.sort_unstable_by(|a, b| a.key.cmp(&b.key));
         Ok(Some(Dir {
             entries: entries.into_iter(),
             id,
             path: path.to_path_buf(),
+            key: Arc::new(DirKey {
+                location: Path::from_absolute_path(path).ok(),
+            }),
         }))
     }
 }
@@ -239,33 +327,54 @@ fn sort_key(name: OsString, is_dir: bool) -> Vec<u8> {
     key
 }
 
-/// The object of a file entry; `None` for what `LocalFileSystem` skips.
-fn file_meta(entry: Entry) -> object_store::Result<Option<ObjectMeta>> {
-    let meta = match entry.meta {
-        Some(m) => m,
-        None => match fs::metadata(&entry.path) {
-            Ok(m) => m,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(io_error(&entry.path, e)),
+/// The object of a file; `None` for what `LocalFileSystem` skips.
+fn file_meta(file: Visit) -> object_store::Result<Option<ObjectMeta>> {
+    // The file's path is only built for an error or a name that is no key.
+    let (meta, at) = match file.stat {
+        Stat::Known(m, path) => (m, Err(path)),
+        Stat::Entry(e) => match e.metadata() {
+            Ok(m) => (m, Ok(e)),
+            Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(err) => return Err(io_error(&e.path(), err)),
         },
+    };
+    let path = || match &at {
+        Ok(e) => e.path(),
+        Err(path) => path.clone(),
     };
     if !meta.is_file() {
         return Ok(None);
     }
-    let location = Path::from_absolute_path(&entry.path)?;
+    // The name taken verbatim (`PathPart::parse`), as `from_absolute_path`
+    // takes it, not percent-encoded as `join(&str)` would.
+    let part = utf8_name(&file.name).and_then(|n| PathPart::parse(n).ok());
+    let location = match (&file.dir.location, part) {
+        (Some(dir), Some(part)) => dir.clone().join(part),
+        // Not a valid key: object_store's own conversion says why.
+        _ => Path::from_absolute_path(path())?,
+    };
     if !is_valid_file_path(&location) {
         return Ok(None);
     }
     Ok(Some(ObjectMeta {
         location,
-        last_modified: meta
-            .modified()
-            .map_err(|e| io_error(&entry.path, e))?
-            .into(),
+        last_modified: meta.modified().map_err(|e| io_error(&path(), e))?.into(),
         size: meta.len(),
         e_tag: Some(etag(&meta)),
         version: None,
     }))
+}
+
+/// A file's name as a key part, when it is UTF-8.
+#[cfg(unix)]
+fn utf8_name(name: &[u8]) -> Option<&str> {
+    std::str::from_utf8(name).ok()
+}
+
+/// Elsewhere the sort key is a lossy copy of the name: always the slow path.
+#[cfg(not(unix))]
+fn utf8_name(_name: &[u8]) -> Option<&str> {
+    None
 }
 
 /// `LocalFileSystem`'s rule: `name#123` is an upload in progress.
@@ -411,5 +520,64 @@ mod tests {
             .await
             .expect_err("a loop");
         assert!(err.to_string().contains("loop"), "{err}");
+    }
+    /// Names whose `readdir` order is unlikely to be their key order.
+    fn many(dir: &FsPath, n: usize) -> Vec<String> {
+        let names: Vec<String> = (0..n).map(|i| format!("f{:05}", (i * 7919) % n)).collect();
+        for name in &names {
+            fs::write(dir.join(name), name).expect("write");
+        }
+        names
+    }
+
+    #[tokio::test]
+    async fn a_large_directory_is_stat_in_parts_and_keeps_key_order() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let n = 2 * CHUNK + MIN_PART + 7;
+        let mut names = many(dir.path(), n);
+        fs::create_dir(dir.path().join("f01000.d")).expect("mkdir");
+        fs::write(dir.path().join("f01000.d").join("in"), "x").expect("write");
+        let prefix = prefix(dir.path());
+        let ours: Vec<ObjectMeta> = list_local(&prefix, true).try_collect().await.expect("walk");
+        let mut theirs: Vec<ObjectMeta> = LocalFileSystem::new()
+            .list(Some(&prefix))
+            .try_collect()
+            .await
+            .expect("list");
+        theirs.sort_by(|a, b| a.location.as_ref().cmp(b.location.as_ref()));
+        assert_eq!(ours, theirs, "same objects, etags included, in key order");
+        names.push("f01000.d/in".into());
+        names.sort();
+        let keys: Vec<String> = ours
+            .iter()
+            .map(|m| m.location.as_ref()[prefix.as_ref().len() + 1..].to_string())
+            .collect();
+        assert_eq!(keys, names);
+    }
+
+    #[tokio::test]
+    async fn a_file_is_stat_only_once_its_chunk_is_reached() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let n = 3 * CHUNK;
+        let mut names = many(dir.path(), n);
+        names.sort();
+        let prefix = prefix(dir.path());
+        let mut walk = list_local(&prefix, true);
+        let first = walk.try_next().await.expect("walk").expect("a file");
+        assert!(first.location.as_ref().ends_with(&names[0]));
+        // Files past the first chunk vanish: a consumer that stopped here
+        // (a `limit`) never had them stat'ed, one that goes on skips them.
+        for name in &names[CHUNK..] {
+            fs::remove_file(dir.path().join(name)).expect("rm");
+        }
+        let rest: Vec<ObjectMeta> = walk.try_collect().await.expect("walk");
+        assert_eq!(rest.len(), CHUNK - 1);
+        assert!(
+            rest.last()
+                .expect("last")
+                .location
+                .as_ref()
+                .ends_with(&names[CHUNK - 1])
+        );
     }
 }
