@@ -10,7 +10,8 @@
 //! - `get_schema(cmd)`: the schema the request's partitions have;
 //! - `do_get(ticket)`: one partition, as Arrow IPC messages of at most
 //!   [`FLIGHT_DATA_SIZE`] bytes (larger batches are split, no per-row work),
-//!   only for a ticket this server process issued, unchanged (`ticket.rs`);
+//!   encoded while the previous ones are sent (`encode.rs`), only for a ticket
+//!   this server process issued, unchanged (`ticket.rs`);
 //! - `do_action("stats")`: the read-ahead's [`super::ReadAheadStats`] as JSON.
 //!
 //! Errors reach the client as Flight statuses whose message says what to fix:
@@ -26,18 +27,17 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::flight_descriptor::DescriptorType;
 use arrow_flight::flight_service_server::FlightService;
 use arrow_flight::{
     Action, ActionType, Criteria, Empty, FlightData, FlightDescriptor, FlightEndpoint, FlightInfo,
     HandshakeRequest, HandshakeResponse, PollInfo, PutResult, SchemaAsIpc, SchemaResult, Ticket,
 };
-use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::ipc::writer::IpcWriteOptions;
 use futures::stream::{BoxStream, Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
+use super::encode::EncodedAhead;
 use super::readahead::{HeldPartition, ReadAhead, Serving};
 use super::request::{FlightRequest, RequestError};
 use super::ticket::{TicketError, TicketKey};
@@ -293,13 +293,8 @@ impl FlightService for LoaderFlightService {
             .take(ticket.stream, ticket.index, client, reopen)
             .await
             .map_err(status)?;
-        let batches: Vec<RecordBatch> = held.data.batches.clone();
-        let inner = FlightDataEncoderBuilder::new()
-            .with_schema(Arc::clone(&plan.schema))
-            .with_max_flight_data_size(FLIGHT_DATA_SIZE)
-            .build(futures::stream::iter(batches.into_iter().map(Ok)))
-            .map(|r| r.map_err(Status::from))
-            .boxed();
+        let inner =
+            EncodedAhead::start(Arc::clone(&plan.schema), held.data.batches.clone()).boxed();
         let stream = PartitionStream {
             inner,
             held: Some(held),

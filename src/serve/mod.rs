@@ -1,7 +1,8 @@
 //! `udfchain serve`: datasets served to training loops over Arrow Flight, one
 //! endpoint per loader partition, with the next partitions each client will ask
 //! for fetched ahead (see `flight.rs` for the service, `request.rs` for the JSON
-//! request, `ticket.rs` for tickets, `readahead.rs` for the per-client read-ahead).
+//! request, `ticket.rs` for tickets, `readahead.rs` for the per-client read-ahead,
+//! `encode.rs` for a partition's messages).
 //!
 //! Guarantees: [`FlightServer::bind`] listens before it returns (port 0 gets a
 //! free port, [`BoundServer::local_addr`] names it); [`BoundServer::run_until`]
@@ -14,11 +15,13 @@
 //! caps ([`ServeLimits`], see `readahead.rs`); that memory is also charged to
 //! the session's memory pool (`--set memory_limit=...` bounds it).
 
+mod encode;
 mod flight;
 mod readahead;
 mod request;
 mod ticket;
 
+pub use encode::ENCODED_AHEAD;
 pub use flight::{FLIGHT_DATA_SIZE, LoaderFlightService, STATS_ACTION, status};
 pub use readahead::{
     DEFAULT_MAX_STREAMS, DEFAULT_MAX_STREAMS_PER_CLIENT, DEFAULT_MEMORY_LIMIT, READ_AHEAD_SHARE,

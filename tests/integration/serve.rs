@@ -1,6 +1,7 @@
 //! `udfchain serve`: the Arrow Flight server in front of the loader, driven by
 //! arrow-flight's `FlightClient` (and pyarrow) over loopback. Endpoints cover
 //! every row once, in dataset order unshuffled, split across ranks and workers;
+//! a large partition arrives in messages within the message size, in row order;
 //! shuffle follows (seed, epoch); bad requests are Flight statuses with clear
 //! messages; a slow client does not stall another; a dropped or SIGKILLed
 //! client frees the read-ahead (stats action and the session's memory pool);
@@ -15,15 +16,19 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_client::FlightServiceClient;
-use arrow_flight::{Action, Criteria, FlightClient, FlightDescriptor, FlightInfo, Ticket};
+use arrow_flight::{
+    Action, Criteria, FlightClient, FlightData, FlightDescriptor, FlightInfo, Ticket,
+};
 use datafusion::arrow::array::{Array, AsArray, Int64Array, RecordBatch};
+use datafusion::arrow::datatypes::DataType;
 use futures::{StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use udfchain::serve::{FlightServer, ReadAheadStats};
+use udfchain::serve::{FLIGHT_DATA_SIZE, FlightServer, ReadAheadStats};
 use udfchain::{Chain, File, Session, Settings};
 
 use crate::support::{S3Server, content, write_files};
@@ -222,6 +227,68 @@ async fn endpoints_cover_every_row_once_in_dataset_order() {
     let s = stats(&mut c).await;
     assert_eq!(s.partitions_served, 17, "{s:?}");
     assert_eq!(s.streams, 0, "read-to-the-end streams are closed: {s:?}");
+    server.stop().await;
+}
+
+/// A partition of ~6 MiB: more than one Flight message, each within the
+/// message size (a default gRPC client, 4 MiB receive limit, reads it), the
+/// rows in order with their content.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_partition_arrives_in_bounded_messages_in_row_order() {
+    let (n, width) = (768, 8192);
+    let (_root, session) = items(n, width).await;
+    let server = start(FlightServer::new(session)).await;
+    let json = format!(r#"{{"dataset": "items", "partition_rows": {n}}}"#);
+    let mut c = client(server.addr).await;
+    let fi = info(&mut c, &json).await.expect("info");
+    assert_eq!(fi.endpoint.len(), 1);
+
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", server.addr))
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect");
+    let mut raw = FlightServiceClient::new(channel); // tonic's default 4 MiB limit
+    let messages: Vec<FlightData> = raw
+        .do_get(ticket(&fi, 0))
+        .await
+        .expect("do_get")
+        .into_inner()
+        .try_collect()
+        .await
+        .expect("every message");
+    let bodies: Vec<usize> = messages.iter().map(|m| m.data_body.len()).collect();
+    assert!(
+        bodies.len() >= 3,
+        "a schema and the batch split: {bodies:?}"
+    );
+    // The IPC body pads each of its buffers to 64 bytes.
+    assert!(
+        bodies.iter().all(|&b| b <= FLIGHT_DATA_SIZE + 3 * 64),
+        "{bodies:?}"
+    );
+    let batches: Vec<RecordBatch> = FlightRecordBatchStream::new_from_flight_data(
+        futures::stream::iter(messages.into_iter().map(Ok)),
+    )
+    .try_collect()
+    .await
+    .expect("decode");
+    assert_eq!(ids(&batches), (0..n).collect::<Vec<i64>>());
+    let texts: Vec<String> = batches
+        .iter()
+        .flat_map(|b| {
+            let col = b.column_by_name("text").expect("text column");
+            let col = datafusion::arrow::compute::cast(col, &DataType::Utf8).expect("as utf8");
+            let col = col.as_string::<i32>().clone();
+            (0..col.len()).map(move |i| col.value(i).to_string())
+        })
+        .collect();
+    let want: Vec<String> = (0..n).map(|id| format!("{id:0width$}")).collect();
+    assert!(texts == want, "every row's text, in order");
+    stats_until(&mut c, "the partition is let go once sent", |s| {
+        s.streams == 0 && s.buffered_bytes == 0
+    })
+    .await;
     server.stop().await;
 }
 
