@@ -26,12 +26,10 @@ use std::fs::{self, Metadata};
 use std::io;
 use std::path::{Path as FsPath, PathBuf};
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use object_store::ObjectMeta;
 use object_store::path::{Path, PathPart};
-use url::Url;
 
 /// Files stat'ed per trip of the walk (object_store's own chunk).
 const CHUNK: usize = 1024;
@@ -135,13 +133,8 @@ fn generic(msg: String) -> object_store::Error {
 
 /// The directory `prefix` names, as `LocalFileSystem` maps keys to paths.
 fn prefix_dir(prefix: &Path) -> object_store::Result<PathBuf> {
-    let mut url = Url::parse("file:///").map_err(|e| generic(e.to_string()))?;
-    url.path_segments_mut()
-        .map_err(|_| generic("file:/// has no path".into()))?
-        .pop_if_empty()
-        .extend(prefix.parts());
-    url.to_file_path()
-        .map_err(|_| generic(format!("{url} is not a local path")))
+    super::local_file::fs_path(prefix)
+        .ok_or_else(|| generic(format!("{prefix} is not a local path")))
 }
 
 /// One directory's entries, sorted, not yet visited.
@@ -360,7 +353,7 @@ fn file_meta(file: Visit) -> object_store::Result<Option<ObjectMeta>> {
         location,
         last_modified: meta.modified().map_err(|e| io_error(&path(), e))?.into(),
         size: meta.len(),
-        e_tag: Some(etag(&meta)),
+        e_tag: Some(super::local_file::etag(&meta)),
         version: None,
     }))
 }
@@ -388,18 +381,6 @@ fn is_valid_file_path(path: &Path) -> bool {
         },
         None => false,
     }
-}
-
-/// `LocalFileSystem`'s etag: inode, mtime in µs and size, in hex.
-fn etag(meta: &Metadata) -> String {
-    let inode = dir_id(meta).1;
-    let mtime = meta
-        .modified()
-        .ok()
-        .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
-        .unwrap_or_default()
-        .as_micros();
-    format!("{inode:x}-{mtime:x}-{:x}", meta.len())
 }
 
 #[cfg(unix)]
