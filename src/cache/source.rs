@@ -115,15 +115,14 @@ impl StoreSource {
         Ok((store, path, reach))
     }
 
-    /// Where the store of `file` (of its parent, for a virtual file) keeps
-    /// its bytes; [`Reach::Network`] when it cannot be opened (its reads
-    /// then fail as any other's).
+    /// Where the store of `file` (of its parent too: a virtual file has its
+    /// parent's source) keeps its bytes; [`Reach::Network`] when it cannot
+    /// be opened (its reads then fail as any other's).
     pub fn reach(&self, file: &File) -> Reach {
-        let parent = file.parent();
-        if let Some((_, _, reach)) = lock(&self.stores).get(&parent.source) {
+        if let Some((_, _, reach)) = lock(&self.stores).get(&file.source) {
             return *reach;
         }
-        self.lookup(&parent)
+        self.lookup(file)
             .map_or(Reach::Network, |(_, _, reach)| reach)
     }
 }

@@ -27,6 +27,7 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use futures::stream::{self, StreamExt, TryStreamExt};
 use udfchain_udfs::Mapper;
 
+use super::on_error::Calls;
 use super::operator::{CallContext, Shape, UdfOperator};
 use super::output::Done;
 use super::prefetch::Handoff;
@@ -165,11 +166,8 @@ async fn call_chunk(
     whole: bool,
 ) -> DfResult<Done> {
     let map = |udf: Arc<dyn Mapper>, params| async move { udf.map(params).await };
-    if whole {
-        part.call_rows(chunk, base, map).await
-    } else {
-        part.call_each(chunk, base, map).await
-    }
+    let calls = if whole { Calls::Whole } else { Calls::Each };
+    part.call_rows_as(chunk, base, &map, calls).await
 }
 
 /// The calls of a batch handed on by the prefetch (one row, or several

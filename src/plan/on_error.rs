@@ -78,25 +78,8 @@ impl<U: ?Sized> CallContext<U> {
         self.call_rows_as(batch, base, &udf_fn, Calls::Whole).await
     }
 
-    /// [`CallContext::call_rows`] with each row of `batch` its own call (its
-    /// own unit of error: a failing row costs no other row a second call, a
-    /// panic fails only its row), all of them made one after another in one
-    /// task on the UDF pool holding one of the `parallel` slots: a row of
-    /// files costs one thread crossing per batch, not per row.
-    pub async fn call_each<F, Fut>(
-        &self,
-        batch: &RecordBatch,
-        base: u64,
-        udf_fn: F,
-    ) -> DfResult<Done>
-    where
-        F: Fn(Arc<U>, RecordBatch) -> Fut,
-        Fut: Future<Output = Result<ArrayRef, CallError>> + Send + 'static,
-    {
-        self.call_rows_as(batch, base, &udf_fn, Calls::Each).await
-    }
-
-    async fn call_rows_as<F, Fut>(
+    /// [`CallContext::call_rows`], the rows given to the UDF as `calls` says.
+    pub(super) async fn call_rows_as<F, Fut>(
         &self,
         batch: &RecordBatch,
         base: u64,
@@ -267,7 +250,7 @@ impl<U: ?Sized> CallContext<U> {
 
 impl<U: ?Sized> CallContext<U> {
     /// Calls the UDF on each row of `batch` alone, one row after another in
-    /// one task on the UDF pool (see [`CallContext::call_each`]). Under
+    /// one task on the UDF pool (see [`Calls::Each`]). Under
     /// `fail` the first failure is the error and no later row is called.
     async fn isolate_each<F, Fut>(
         &self,
@@ -363,10 +346,13 @@ impl<U: ?Sized> CallContext<U> {
 
 /// How the rows of one batch are given to the UDF.
 #[derive(Clone, Copy)]
-enum Calls {
+pub(super) enum Calls {
     /// In one call (a failure naming its row is called again without it).
     Whole,
-    /// Each row in a call of its own, all in one task.
+    /// Each row its own call (its own unit of error: a failing row costs no
+    /// other row a second call, a panic fails only its row), all made one
+    /// after another in one task on the UDF pool holding one of the
+    /// `parallel` slots: a run of rows costs one thread crossing, not one each.
     Each,
 }
 
