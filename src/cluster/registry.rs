@@ -22,8 +22,8 @@ use futures::stream::BoxStream;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use udfchain_udfs::{
-    Aggregator, BatchMapper, BoxError, CallError, Generator, Mapper, Signature, UdfError, agg_fn,
-    batch_map_fn, gen_fn, map_fn,
+    Aggregator, BatchMapper, BoxError, CallError, EachRow, Generator, Mapper, Signature, UdfError,
+    agg_fn, batch_map_fn, gen_fn, map_fn,
 };
 
 use crate::error::{Error, Result};
@@ -261,6 +261,13 @@ impl Mapper for Named<dyn Mapper> {
     }
     async fn map(&self, input: RecordBatch) -> Result<ArrayRef, CallError> {
         self.inner.map(input).await
+    }
+    async fn map_each(
+        &self,
+        input: RecordBatch,
+        stop_at_error: bool,
+    ) -> Result<EachRow, CallError> {
+        self.inner.map_each(input, stop_at_error).await
     }
 }
 

@@ -24,6 +24,7 @@ use datafusion::error::Result as DfResult;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_plan::metrics::BaselineMetrics;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
+use futures::FutureExt;
 use futures::stream::{self, StreamExt, TryStreamExt};
 use udfchain_udfs::Mapper;
 
@@ -166,7 +167,16 @@ async fn call_chunk(
     whole: bool,
 ) -> DfResult<Done> {
     let map = |udf: Arc<dyn Mapper>, params| async move { udf.map(params).await };
-    let calls = if whole { Calls::Whole } else { Calls::Each };
+    let udf = Arc::clone(&part.udf);
+    let each = move |params, stop_at_error| {
+        let udf = Arc::clone(&udf);
+        async move { udf.map_each(params, stop_at_error).await }.boxed()
+    };
+    let calls = if whole {
+        Calls::Whole
+    } else {
+        Calls::Each(&each)
+    };
     part.call_rows_as(chunk, base, &map, calls).await
 }
 

@@ -18,7 +18,8 @@ use datafusion::arrow::array::{ArrayRef, RecordBatch, UInt32Array};
 use datafusion::arrow::compute::take;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::error::Result as DfResult;
-use udfchain_udfs::{CallError, UdfError};
+use futures::future::BoxFuture;
+use udfchain_udfs::{CallError, EachRow, UdfError};
 
 use super::batches::{append_column, slices, take_rows};
 use super::memo::Key;
@@ -84,7 +85,7 @@ impl<U: ?Sized> CallContext<U> {
         batch: &RecordBatch,
         base: u64,
         udf_fn: &F,
-        calls: Calls,
+        calls: Calls<'_>,
     ) -> DfResult<Done>
     where
         F: Fn(Arc<U>, RecordBatch) -> Fut,
@@ -129,14 +130,14 @@ impl<U: ?Sized> CallContext<U> {
         base: u64,
         udf_fn: &F,
         keys: Option<Vec<Key>>,
-        calls: Calls,
+        calls: Calls<'_>,
     ) -> DfResult<Done>
     where
         F: Fn(Arc<U>, RecordBatch) -> Fut,
         Fut: Future<Output = Result<ArrayRef, CallError>> + Send + 'static,
     {
         let result = match calls {
-            Calls::Each if batch.num_rows() > 1 => self.isolate_each(batch, base, udf_fn).await,
+            Calls::Each(each) => self.isolate_each(batch, base, each).await,
             _ => self.isolate(batch, base, udf_fn).await,
         };
         self.call.release(&self.local, batch);
@@ -250,72 +251,62 @@ impl<U: ?Sized> CallContext<U> {
 
 impl<U: ?Sized> CallContext<U> {
     /// Calls the UDF on each row of `batch` alone, one row after another in
-    /// one task on the UDF pool (see [`Calls::Each`]). Under
+    /// one task on the UDF pool, through `each` (see [`Calls::Each`]). Under
     /// `fail` the first failure is the error and no later row is called.
-    async fn isolate_each<F, Fut>(
+    async fn isolate_each(
         &self,
         batch: &RecordBatch,
         base: u64,
-        udf_fn: &F,
-    ) -> DfResult<Isolated>
-    where
-        F: Fn(Arc<U>, RecordBatch) -> Fut,
-        Fut: Future<Output = Result<ArrayRef, CallError>> + Send + 'static,
-    {
-        use futures::FutureExt;
-        let n = batch.num_rows();
-        let mut futs = Vec::with_capacity(n);
-        for r in 0..n {
-            futs.push(udf_fn(
-                Arc::clone(&self.udf),
-                self.call.params_batch(&batch.slice(r, 1))?,
-            ));
-        }
+        each: &EachFn,
+    ) -> DfResult<Isolated> {
         let fail_fast = self.call.on_error == OnError::Fail;
-        let started = std::time::Instant::now();
-        let results = self
-            .call
-            .run(Arc::clone(&self.source), async move {
-                let mut out = Vec::with_capacity(futs.len());
-                for fut in futs {
-                    let result = match std::panic::AssertUnwindSafe(fut).catch_unwind().await {
-                        Ok(r) => r,
-                        Err(p) => Err(CallError {
-                            row: None,
-                            source: Box::new(std::io::Error::other(crate::runtime::panic_message(
-                                p,
-                            ))),
-                        }),
-                    };
-                    let failed = result.is_err();
-                    out.push(result);
-                    if failed && fail_fast {
-                        break;
-                    }
+        let fut = each(self.call.params_batch(batch)?, fail_fast);
+        // Timed inside the task: the UDF's own pace, not the wait for a slot
+        // (which would shrink the next calls' runs of rows to one).
+        let timed = async move {
+            let started = std::time::Instant::now();
+            fut.await.map(|each| (each, started.elapsed()))
+        };
+        let n = batch.num_rows();
+        let whole = match self.call.run(Arc::clone(&self.source), timed).await {
+            Ok((each, took)) => {
+                self.call.row_cost().observe(took, each.outcomes.len());
+                let called_ok = each.outcomes.iter().filter(|o| o.is_ok()).count();
+                let stopped = fail_fast && matches!(each.outcomes.last(), Some(Err(_)));
+                if each.values.len() == called_ok
+                    && (each.outcomes.len() == n || stopped && each.outcomes.len() < n)
+                {
+                    Ok(each)
+                } else {
+                    let contract = UdfError::Contract(format!(
+                        "{} returned {} values and {} outcomes for {n} rows ({called_ok} without error)",
+                        self.call.kind,
+                        each.values.len(),
+                        each.outcomes.len(),
+                    ));
+                    Err(Failure {
+                        row: None,
+                        error: self.call.error(None, None, Arc::new(contract)),
+                    })
                 }
-                Ok(out)
-            })
-            .await
-            .map_err(|f| self.call.locate(f, batch, base))?;
-        self.call
-            .row_cost()
-            .observe(started.elapsed(), results.len());
-        let (mut rows, mut values, mut failed) = (Vec::new(), Vec::new(), Vec::new());
-        for (r, result) in results.into_iter().enumerate() {
-            let result = match result {
-                Ok(v) if v.len() == 1 => Ok(v),
-                Ok(v) => Err(CallError::from(UdfError::Contract(format!(
-                    "{} returned {} values for 1 row",
-                    self.call.kind,
-                    v.len()
-                )))),
-                Err(e) => Err(e),
-            };
-            match result {
-                Ok(v) => {
-                    rows.push(r);
-                    values.push(v);
-                }
+            }
+            Err(f) => Err(f),
+        };
+        let EachRow { values, outcomes } = match whole {
+            Ok(each) => each,
+            Err(f) if fail_fast => return Err(self.call.locate(f, batch, base)),
+            Err(_) => {
+                return Ok(Isolated {
+                    rows: Vec::new(),
+                    values: None,
+                    failed: (0..n).collect(),
+                });
+            }
+        };
+        let (mut rows, mut failed) = (Vec::new(), Vec::new());
+        for (r, outcome) in outcomes.into_iter().enumerate() {
+            match outcome {
+                Ok(()) => rows.push(r),
                 Err(e) if fail_fast => {
                     let failure = Failure {
                         row: None,
@@ -328,32 +319,29 @@ impl<U: ?Sized> CallContext<U> {
                 Err(_) => failed.push(r),
             }
         }
-        let values = match values.as_slice() {
-            [] => None,
-            vs => {
-                let refs: Vec<&dyn datafusion::arrow::array::Array> =
-                    vs.iter().map(|v| v.as_ref()).collect();
-                Some(datafusion::arrow::compute::concat(&refs)?)
-            }
-        };
         Ok(Isolated {
             rows,
-            values,
+            values: (!values.is_empty() || failed.is_empty()).then_some(values),
             failed,
         })
     }
 }
 
+/// Calls a UDF on each row of a params batch as its own call
+/// ([`udfchain_udfs::Mapper::map_each`]); `true`: stop at the first error.
+pub(super) type EachFn =
+    dyn Fn(RecordBatch, bool) -> BoxFuture<'static, Result<EachRow, CallError>> + Sync;
+
 /// How the rows of one batch are given to the UDF.
 #[derive(Clone, Copy)]
-pub(super) enum Calls {
+pub(super) enum Calls<'a> {
     /// In one call (a failure naming its row is called again without it).
     Whole,
     /// Each row its own call (its own unit of error: a failing row costs no
     /// other row a second call, a panic fails only its row), all made one
     /// after another in one task on the UDF pool holding one of the
     /// `parallel` slots: a run of rows costs one thread crossing, not one each.
-    Each,
+    Each(&'a EachFn),
 }
 
 /// The outcome of [`CallContext::isolate`]: the rows that have `values`, and

@@ -105,14 +105,9 @@ fn join_error(e: tokio::task::JoinError) -> String {
     }
 }
 
-/// "panicked: <message>" for the payload of a caught panic.
-pub fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
-    p.downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| p.downcast_ref::<String>().cloned())
-        .map(|m| format!("panicked: {m}"))
-        .unwrap_or_else(|| "panicked".to_string())
-}
+/// "panicked: <message>" for the payload of a caught panic (the UDF
+/// contract's, so a panic reads the same wherever it was caught).
+pub use udfchain_udfs::panic_message;
 
 /// Runs blocking work (SQLite, file system calls) on tokio's blocking pool, so
 /// it never stalls an async worker. The one panic policy, as [`PoolTask`]'s:

@@ -74,3 +74,17 @@ impl From<UdfError> for CallError {
         Self::whole(e)
     }
 }
+
+/// The message of a caught panic: `panicked: <its message>`.
+pub fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .map(|m| format!("panicked: {m}"))
+        .unwrap_or_else(|| "panicked".to_string())
+}
+
+/// A caught panic as an error naming it.
+pub(crate) fn panic_error(p: Box<dyn std::any::Any + Send>) -> BoxError {
+    Box::new(std::io::Error::other(panic_message(p)))
+}

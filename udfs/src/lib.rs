@@ -45,10 +45,12 @@ pub mod udf;
 mod url_file;
 
 pub use codec::{decode_column, decode_rows, encode_column, trace_field};
-pub use error::{BoxError, CallError, UdfError};
+pub use error::{BoxError, CallError, UdfError, panic_message};
 pub use file::{File, FileReader, FileSource, Member, current_source, with_file_source};
 pub use signature::{Signature, check_input_type};
-pub use udf::{Aggregator, BatchMapper, Generator, Mapper, agg_fn, batch_map_fn, gen_fn, map_fn};
+pub use udf::{
+    Aggregator, BatchMapper, EachRow, Generator, Mapper, agg_fn, batch_map_fn, gen_fn, map_fn,
+};
 pub use url_file::FileFromUrl;
 
 /// Re-exports so UDF authors use exactly the Arrow and object_store the engine uses.

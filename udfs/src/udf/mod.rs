@@ -13,7 +13,7 @@ mod mapper;
 pub use aggregator::{Aggregator, agg_fn};
 pub use batch_mapper::{BatchMapper, batch_map_fn};
 pub use generator::{Generator, gen_fn};
-pub use mapper::{Mapper, map_fn};
+pub use mapper::{EachRow, Mapper, map_fn};
 
 use serde::de::DeserializeOwned;
 
