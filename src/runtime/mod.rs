@@ -105,7 +105,7 @@ fn join_error(e: tokio::task::JoinError) -> String {
     }
 }
 
-/// "panicked: <message>" for the payload of a caught panic (the UDF
+/// `panicked: <message>` for the payload of a caught panic (the UDF
 /// contract's, so a panic reads the same wherever it was caught).
 pub use udfchain_udfs::panic_message;
 
