@@ -48,6 +48,13 @@ pub trait LocalCopies: Send + Sync + std::fmt::Debug {
     }
     /// One row using `file` is done (a temporary copy may now be deleted).
     fn release(&self, _file: &File) {}
+    /// `true` only when no file has a copy here now, so that every lookup
+    /// would miss and every release do nothing (files read where they are
+    /// then cost no key and no lock each). A copy a row holds stays until
+    /// that row releases it, so the answer cannot turn under such a row.
+    fn holds_nothing(&self) -> bool {
+        false
+    }
 }
 
 type Resolved = (Arc<dyn ObjectStore>, Location, Reach);
@@ -102,28 +109,48 @@ impl StoreSource {
         if let Some(e) = file.url_error() {
             return Err(e);
         }
-        let mut stores = lock(&self.stores);
-        if let Some((store, loc, reach)) = stores.get(&file.source) {
-            let path = loc.child(&file.path).map_err(read_err)?;
-            return Ok((Arc::clone(store), path, *reach));
-        }
-        let loc = Location::of_source(&file.source).map_err(read_err)?;
-        let store = open_store(&self.env, &loc, &self.options).map_err(read_err)?;
-        let path = loc.child(&file.path).map_err(read_err)?;
-        let reach = Reach::of(store.as_ref());
-        stores.insert(file.source.clone(), (Arc::clone(&store), loc, reach));
-        Ok((store, path, reach))
+        let (store, path, reach) = self
+            .with_store(&file.source, |(store, loc, reach)| {
+                (Arc::clone(store), loc.child(&file.path), *reach)
+            })
+            .map_err(read_err)?;
+        Ok((store, path.map_err(read_err)?, reach))
     }
 
-    /// Where the store of `file` (of its parent too: a virtual file has its
-    /// parent's source) keeps its bytes; [`Reach::Network`] when it cannot
-    /// be opened (its reads then fail as any other's).
-    pub fn reach(&self, file: &File) -> Reach {
-        if let Some((_, _, reach)) = lock(&self.stores).get(&file.source) {
-            return *reach;
+    /// `f` of the store of a `File::source`, opened on first use and kept.
+    fn with_store<T>(
+        &self,
+        source: &str,
+        f: impl FnOnce(&Resolved) -> T,
+    ) -> Result<T, crate::Error> {
+        let mut stores = lock(&self.stores);
+        if let Some(resolved) = stores.get(source) {
+            return Ok(f(resolved));
         }
-        self.lookup(file)
-            .map_or(Reach::Network, |(_, _, reach)| reach)
+        let loc = Location::of_source(source)?;
+        let store = open_store(&self.env, &loc, &self.options)?;
+        let reach = Reach::of(store.as_ref());
+        let resolved = stores
+            .entry(source.to_string())
+            .or_insert((store, loc, reach));
+        Ok(f(resolved))
+    }
+
+    /// Where the store of the files of `source` (a `File::source`; a virtual
+    /// file has its parent's) keeps its bytes; [`Reach::Network`] when it
+    /// cannot be opened, or is empty (a URL that did not parse; its reads
+    /// then fail as any other's).
+    pub fn reach(&self, source: &str) -> Reach {
+        if source.is_empty() {
+            return Reach::Network;
+        }
+        self.with_store(source, |(_, _, reach)| *reach)
+            .unwrap_or(Reach::Network)
+    }
+
+    /// The local copies to look in: none when they hold nothing.
+    fn copies(&self) -> Option<&Arc<dyn LocalCopies>> {
+        self.local.as_ref().filter(|l| !l.holds_nothing())
     }
 }
 
@@ -240,7 +267,7 @@ impl FileSource for StoreSource {
 
     async fn read_range(&self, file: &File, range: Range<u64>) -> Result<Bytes, UdfError> {
         if !file.size_known() && file.url_error().is_none() {
-            let local = self.local.as_ref();
+            let local = self.copies();
             let size = match local.and_then(|l| l.local_bytes(file)) {
                 Some(b) => Some(b.len() as u64),
                 None => local
@@ -268,7 +295,7 @@ impl FileSource for StoreSource {
             Some(m) => (file.parent(), m.offset + range.start..m.offset + end),
             None => (file.clone(), range.start..end),
         };
-        let local = self.local.as_ref();
+        let local = self.copies();
         if let Some(b) = local.and_then(|l| l.local_bytes(&target)) {
             return Ok(b.slice(range.start as usize..range.end as usize));
         }
@@ -297,18 +324,18 @@ impl FileSource for StoreSource {
         if file.member().is_some() {
             return None;
         }
-        self.local.as_ref()?.local_path(file)
+        self.copies()?.local_path(file)
     }
 
     fn local_bytes(&self, file: &File) -> Option<Bytes> {
         match file.member() {
             Some(m) => {
-                let parent = self.local.as_ref()?.local_bytes(&file.parent())?;
+                let parent = self.copies()?.local_bytes(&file.parent())?;
                 let start = m.offset as usize;
                 let end = start.checked_add(file.size as usize)?;
                 (end <= parent.len()).then(|| parent.slice(start..end))
             }
-            None => self.local.as_ref()?.local_bytes(file),
+            None => self.copies()?.local_bytes(file),
         }
     }
 }

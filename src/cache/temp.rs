@@ -218,6 +218,11 @@ impl LocalCopies for TempCache {
         }
     }
 
+    /// With no fallback and no entry (every file read where it is).
+    fn holds_nothing(&self) -> bool {
+        self.fallback.get().is_none() && lock(&self.entries).is_empty()
+    }
+
     fn release(&self, file: &File) {
         let mut entries = lock(&self.entries);
         let k = file_key(file);

@@ -333,7 +333,9 @@ impl UdfCall {
 
     /// Tells the prefetch cache that the rows of `batch` are done with their files.
     pub fn release(&self, local: &Option<Arc<dyn LocalCopies>>, batch: &RecordBatch) {
-        let Some(local) = local else { return };
+        let Some(local) = local.as_ref().filter(|l| !l.holds_nothing()) else {
+            return;
+        };
         for &c in &self.file_params {
             if let Ok(files) = decode_column::<Option<File>>(batch.column(c)) {
                 for f in files.into_iter().flatten() {

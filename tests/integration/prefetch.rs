@@ -1202,7 +1202,8 @@ async fn files_at_hand_are_read_in_place_under_auto_each_row_its_own_call() {
     // 600 local files and the same in an in-memory store: under `auto` (the
     // default) no download, rows in listing order, every row called exactly
     // once though fast rows share a task, and only the failing rows (names
-    // ending in 7) lose their value; a fixed window fetches them all.
+    // ending in 7) lose their value; a fixed window fetches the local files
+    // (for disks that are cold) but never the in-memory ones.
     use std::sync::atomic::{AtomicUsize, Ordering};
     let size = |i: usize| 1 + i % 300;
     let dir = tempfile::tempdir().expect("dir");
@@ -1224,10 +1225,10 @@ async fn files_at_hand_are_read_in_place_under_auto_each_row_its_own_call() {
         .collect();
     want.sort();
     let local = dir.path().display().to_string();
-    for uri in [local.as_str(), "memory://athand/"] {
+    for (uri, fixed_fetches) in [(local.as_str(), 600), ("memory://athand/", 0)] {
         for (label, settings, fetched) in [
             ("auto", Settings::new(), 0),
-            ("prefetch 8", Settings::new().prefetch(8), 600),
+            ("prefetch 8", Settings::new().prefetch(8), fixed_fetches),
         ] {
             let calls = Arc::new(AtomicUsize::new(0));
             let settings = settings.on_error(OnError::Null);
@@ -1254,6 +1255,12 @@ async fn files_at_hand_are_read_in_place_under_auto_each_row_its_own_call() {
                 report.metric("PrefetchExec", "files_in_place"),
                 600 - fetched,
                 "{uri} {label}"
+            );
+            let listed: usize = (0..600).map(size).sum();
+            assert_eq!(
+                report.metric("PrefetchExec", "bytes_in_place"),
+                if fetched == 0 { listed } else { 0 },
+                "{uri} {label}: the listed bytes of the files read in place"
             );
         }
     }

@@ -252,7 +252,8 @@ impl PrefetchExec {
             handoff,
             self.options.memo.clone(),
             stream::Direct {
-                at_hand: matches!(self.options.prefetch, Prefetch::Auto) && !self.options.cache,
+                local_files: matches!(self.options.prefetch, Prefetch::Auto) && !self.options.cache,
+                memory: !self.options.cache,
             },
         );
         let schema = self.input.schema();

@@ -38,7 +38,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
-use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::array::{Array, AsArray, RecordBatch};
+use datafusion::arrow::datatypes::UInt64Type;
 use datafusion::error::Result as DfResult;
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::execution::memory_pool::MemoryReservation;
@@ -466,6 +467,10 @@ impl PrefetchStream {
     /// for a file read where it is (see [`Direct`]). When no row has a file
     /// to fetch, `b` is handed on whole (and never cut into rows).
     fn rows_to_fetch(&self, b: &RecordBatch) -> DfResult<Needs> {
+        let no_memo = self.memo.as_ref().is_none_or(|m| m.kept() == 0);
+        if let Some((files, bytes)) = no_memo.then(|| self.all_in_place(b)).flatten() {
+            return Ok(Needs::Nothing { files, bytes });
+        }
         let mut files = files_by_row(b, &self.downloads.file_cols)?;
         if let Some(memo) = self.memo.as_ref().filter(|m| m.kept() > 0) {
             for (files, key) in files.iter_mut().zip(memo.keys(b)?) {
@@ -475,7 +480,11 @@ impl PrefetchStream {
             }
         }
         let source = &self.downloads.source;
-        if files.iter().flatten().all(|f| self.direct.reads(f, source)) {
+        if files
+            .iter()
+            .flatten()
+            .all(|f| self.direct.reads(&f.source, source))
+        {
             let (n, bytes) = files.iter().flatten().fold((0, 0), |(n, bytes), f| {
                 let size = if f.size_known() { f.size as usize } else { 0 };
                 (n + 1, bytes + size)
@@ -483,6 +492,40 @@ impl PrefetchStream {
             return Ok(Needs::Nothing { files: n, bytes });
         }
         Ok(Needs::Fetch(slices(b, 1).into_iter().zip(files).collect()))
+    }
+
+    /// The count and listed bytes of the files of `b` when every one is
+    /// read where it is (see [`Direct`]), read off the File columns' `source`
+    /// and `size` arrays, no `File` decoded (a batch's files mostly share
+    /// one source, whose reach is looked up once). `None` when some file is
+    /// to be fetched, or a column is not laid out as a `File`.
+    fn all_in_place(&self, b: &RecordBatch) -> Option<(usize, usize)> {
+        let (mut files, mut bytes) = (0, 0);
+        for &c in &self.downloads.file_cols {
+            let column = b.column(c).as_struct_opt()?;
+            let sources = column.column_by_name("source")?.as_string_opt::<i32>()?;
+            let sizes = column
+                .column_by_name("size")?
+                .as_primitive_opt::<UInt64Type>()?;
+            let mut last: Option<(&str, bool)> = None;
+            for row in (0..column.len()).filter(|&r| column.is_valid(r)) {
+                let source = sources.value(row);
+                let reads = match last {
+                    Some((seen, reads)) if seen == source => reads,
+                    _ => {
+                        let reads = self.direct.reads(source, &self.downloads.source);
+                        last = Some((source, reads));
+                        reads
+                    }
+                };
+                if !reads {
+                    return None;
+                }
+                files += 1;
+                bytes += sizes.value(row) as usize;
+            }
+        }
+        Some((files, bytes))
     }
 
     /// Hands `b` on whole, after the rows started before it: a finished
@@ -552,18 +595,26 @@ impl PrefetchStream {
 }
 
 /// Which files a `PrefetchExec` leaves where they are, for the UDF to read
-/// directly: under `prefetch = auto`, those of the local file system and of
-/// an in-memory store (a page-cached read costs less than the hand-off of a
-/// download); a fixed `prefetch = N` fetches every file ahead, as asked (for
-/// network file systems and cold disks).
+/// directly. An in-memory store's objects, at every `prefetch` (a fetch
+/// would only hand the same bytes across a task); the local file system's
+/// under `prefetch = auto` (a page-cached read costs less than the hand-off
+/// of a download), while a fixed `prefetch = N` fetches local files ahead, as
+/// asked (for network file systems and cold disks). With `cache = true`
+/// every file goes through the shared cache.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Direct {
-    pub(super) at_hand: bool,
+    pub(super) local_files: bool,
+    pub(super) memory: bool,
 }
 
 impl Direct {
-    fn reads(&self, file: &File, source: &StoreSource) -> bool {
-        self.at_hand && source.reach(file) != Reach::Network
+    /// Whether the files of `source` (a `File::source`) are read where they are.
+    fn reads(&self, source: &str, stores: &StoreSource) -> bool {
+        match stores.reach(source) {
+            Reach::LocalFiles => self.local_files,
+            Reach::Memory => self.memory,
+            Reach::Network => false,
+        }
     }
 }
 

@@ -74,6 +74,10 @@ impl LocalCopies for WindowPins {
         self.inner.local_bytes(file)
     }
 
+    fn holds_nothing(&self) -> bool {
+        self.is_empty() && self.inner.holds_nothing()
+    }
+
     fn release(&self, file: &File) {
         let mut held = lock(&self.held);
         let key = file_key(file);
