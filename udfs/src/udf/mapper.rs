@@ -2,9 +2,8 @@
 
 use std::fmt::Debug;
 use std::marker::PhantomData;
-use std::sync::Arc;
-
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::arrow::array::{Array, ArrayRef, RecordBatch, new_empty_array};
@@ -48,20 +47,47 @@ async fn map_each_by_row<M: Mapper + ?Sized>(
     input: RecordBatch,
     stop_at_error: bool,
 ) -> Result<EachRow, CallError> {
-    let mut values = Vec::new();
-    let mut outcomes = Vec::with_capacity(input.num_rows());
-    for r in 0..input.num_rows() {
-        let call = AssertUnwindSafe(udf.map(input.slice(r, 1))).catch_unwind();
-        let outcome = match call.await {
-            Ok(Ok(v)) if v.len() == 1 => {
+    let calls = (0..input.num_rows()).map(|r| {
+        let row = input.slice(r, 1);
+        async move {
+            let v = udf.map(row).await.map_err(|e| CallError::whole(e.source))?;
+            if v.len() != 1 {
+                return Err(CallError::whole(UdfError::Contract(format!(
+                    "map returned {} values for 1 row",
+                    v.len()
+                ))));
+            }
+            Ok(v)
+        }
+    });
+    let (values, outcomes) = call_each(calls, stop_at_error).await;
+    Ok(EachRow {
+        values: concat_values(udf.signature(), &values)?,
+        outcomes,
+    })
+}
+
+/// Awaits `calls` one after another, each a row's own call: its error or
+/// panic is that row's outcome. With `stop_at_error`, no call after the
+/// first failure is made. The values of the calls that succeeded, in order,
+/// and each call's outcome.
+async fn call_each<T, Fut>(
+    calls: impl IntoIterator<Item = Fut>,
+    stop_at_error: bool,
+) -> (Vec<T>, Vec<Result<(), CallError>>)
+where
+    Fut: Future<Output = Result<T, CallError>>,
+{
+    let calls = calls.into_iter();
+    let mut values = Vec::with_capacity(calls.size_hint().0);
+    let mut outcomes = Vec::with_capacity(calls.size_hint().0);
+    for call in calls {
+        let outcome = match AssertUnwindSafe(call).catch_unwind().await {
+            Ok(Ok(v)) => {
                 values.push(v);
                 Ok(())
             }
-            Ok(Ok(v)) => Err(CallError::whole(UdfError::Contract(format!(
-                "map returned {} values for 1 row",
-                v.len()
-            )))),
-            Ok(Err(e)) => Err(CallError::whole(e.source)),
+            Ok(Err(e)) => Err(e),
             Err(p) => Err(CallError::whole(panic_error(p))),
         };
         let stop = outcome.is_err() && stop_at_error;
@@ -70,10 +96,7 @@ async fn map_each_by_row<M: Mapper + ?Sized>(
             break;
         }
     }
-    Ok(EachRow {
-        values: concat_values(udf.signature(), &values)?,
-        outcomes,
-    })
+    (values, outcomes)
 }
 
 /// One array of `values` (empty, of the output's type, when there are none).
@@ -165,24 +188,10 @@ where
         let Ok(items) = decode_rows::<I>(&input, &self.signature.params) else {
             return map_each_by_row(self, input, stop_at_error).await;
         };
-        let mut out = Vec::with_capacity(items.len());
-        let mut outcomes = Vec::with_capacity(items.len());
-        for item in items {
-            let call = AssertUnwindSafe(async { (self.f)(item).await }).catch_unwind();
-            let outcome = match call.await {
-                Ok(Ok(v)) => {
-                    out.push(v);
-                    Ok(())
-                }
-                Ok(Err(e)) => Err(CallError::whole(e)),
-                Err(p) => Err(CallError::whole(panic_error(p))),
-            };
-            let stop = outcome.is_err() && stop_at_error;
-            outcomes.push(outcome);
-            if stop {
-                break;
-            }
-        }
+        let calls = items
+            .into_iter()
+            .map(|item| async { (self.f)(item).await.map_err(CallError::whole) });
+        let (out, mut outcomes) = call_each(calls, stop_at_error).await;
         if let Ok(values) = encode_column(&self.signature.output, &out) {
             return Ok(EachRow { values, outcomes });
         }
