@@ -198,12 +198,14 @@ impl FileSource for StoreSource {
         if file.member().is_some() {
             return self.read_range(file, 0..file.size).await;
         }
-        if let Some(b) = self.local_bytes(file) {
+        // Asked once: a read of a file where it is then costs no lookup.
+        let copies = self.copies();
+        if let Some(b) = copies.and_then(|c| c.local_bytes(file)) {
             return Ok(b);
         }
         // With a read-through cache, its entry is read pinned below.
         if self.read_through.is_none()
-            && let Some(p) = self.local_path(file)
+            && let Some(p) = copies.and_then(|c| c.local_path(file))
         {
             match tokio::fs::read(&p).await {
                 // An unpinned shared-cache entry evicted since the lookup.
