@@ -2,7 +2,8 @@
 //! endpoint per loader partition, with the next partitions each client will ask
 //! for fetched ahead (see `flight.rs` for the service, `request.rs` for the JSON
 //! request, `ticket.rs` for tickets, `readahead.rs` for the per-client read-ahead,
-//! `encode.rs` for a partition's messages).
+//! `encode.rs` for a partition's messages, `routes.rs` and `grpc_frames.rs` for
+//! how they are sent).
 //!
 //! Guarantees: [`FlightServer::bind`] listens before it returns (port 0 gets a
 //! free port, [`BoundServer::local_addr`] names it); [`BoundServer::run_until`]
@@ -17,8 +18,10 @@
 
 mod encode;
 mod flight;
+mod grpc_frames;
 mod readahead;
 mod request;
+mod routes;
 mod ticket;
 
 pub use encode::ENCODED_AHEAD;
@@ -31,16 +34,17 @@ pub use request::{
     DEFAULT_PARTITION_ROWS, FlightRequest, MAX_CONSUMERS, MAX_PARALLEL_REQUESTS,
     MAX_PARTITION_ROWS, MAX_PREFETCH_PARTITIONS, RequestError,
 };
+pub use routes::MAX_REQUEST_MESSAGE;
 pub use ticket::{FlightTicket, TicketError, TicketKey};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow_flight::flight_service_server::FlightServiceServer;
 use tokio::net::TcpListener;
 use tonic::transport::server::TcpIncoming;
 
+use self::routes::FlightRoutes;
 use crate::dataset::Catalog;
 use crate::error::{Error, Result};
 use crate::session::Session;
@@ -230,11 +234,7 @@ impl BoundServer {
             let _ = stopping_tx.send(());
         };
         let serve = tonic::transport::Server::builder()
-            .add_service(
-                FlightServiceServer::new(service)
-                    .max_decoding_message_size(16 * 1024 * 1024)
-                    .max_encoding_message_size(usize::MAX),
-            )
+            .add_service(FlightRoutes::new(service))
             .serve_with_incoming_shutdown(
                 // No Nagle: the last segment of each partition goes out at
                 // once instead of waiting for the client's delayed ACK.

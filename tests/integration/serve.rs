@@ -417,6 +417,24 @@ async fn bad_requests_are_flight_statuses_with_clear_messages() {
         "{}",
         s.message()
     );
+    // DoGet reads its request itself (serve/routes.rs): a request over the
+    // limit is refused once the limit is read, not buffered whole.
+    let huge = Ticket::new(vec![b'x'; udfchain::serve::MAX_REQUEST_MESSAGE + 1]);
+    let s = status_of(partition(&mut c, huge).await.expect_err("huge ticket"));
+    assert_eq!(s.code(), tonic::Code::ResourceExhausted, "{s:?}");
+    assert!(
+        s.message().contains("DoGet request over"),
+        "{}",
+        s.message()
+    );
+    // The connection still serves the next request.
+    let info = info(&mut c, r#"{"dataset": "items"}"#).await.expect("info");
+    assert!(
+        !partition(&mut c, ticket(&info, 0))
+            .await
+            .expect("rows")
+            .is_empty()
+    );
     let s = status_of(
         c.do_action(Action::new("reboot", ""))
             .await
