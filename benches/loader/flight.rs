@@ -9,7 +9,10 @@
 //!   decoding overlapped with sending), and with every partition read ahead
 //!   before the clock starts (`prefetch_partitions` = all: the transport alone);
 //! - `udfchain->pyarrow`: `flight.py client` (pyarrow's client, default
-//!   options) reading the same server, every partition read ahead first;
+//!   options) reading the same server, every partition read ahead first, once
+//!   with the server's default messages (2 MiB) and once asking for messages
+//!   of up to 16 MiB (`max_message_bytes`: a partition in one message, as
+//!   pyarrow's server sends it);
 //! - `pyarrow->pyarrow`: `flight.py reference`, pyarrow's `FlightServerBase`
 //!   serving the partitions' batches (written by this file as Arrow IPC, read
 //!   into memory) to pyarrow's client in the same process.
@@ -19,8 +22,8 @@
 //! bytes (as the server holds them, the same number for every peer) / wall
 //! time from the first `do_get` to the last batch. `ratio_to_reference` = MB/s
 //! / pyarrow->pyarrow MB/s of the same run; targets (reported, not asserted):
-//! udfchain->rust >= 1.0 and udfchain->pyarrow >= 0.9 with every partition
-//! read ahead. `ipc_mb_per_s`/`ratio_to_bound`: the same bytes decoded from a
+//! udfchain->rust >= 1.0 and udfchain->pyarrow (16 MiB messages) >= 0.9 with
+//! every partition read ahead. `ipc_mb_per_s`/`ratio_to_bound`: the same bytes decoded from a
 //! `Vec<u8>` of Arrow IPC. Python is `$UDFCHAIN_PYTHON`, else
 //! `~/.cache/udfchain-venv/bin/python`; without pyarrow the pyarrow peers
 //! are records with an `error` and no numbers.
@@ -49,6 +52,9 @@ const ROUNDS: usize = 3;
 /// Target ratios to pyarrow->pyarrow (reported, not asserted).
 const RUST_TARGET: f64 = 1.0;
 const PYARROW_TARGET: f64 = 0.9;
+/// `max_message_bytes` of the pyarrow client's second run: a partition of
+/// 4096 rows of 2 KiB (8.4 MB) in one message, as pyarrow's server sends it.
+const PYARROW_MESSAGE_BYTES: usize = 16 << 20;
 
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Row {
@@ -101,13 +107,18 @@ async fn read_all(c: &mut FlightClient, info: &FlightInfo) -> (usize, f64) {
 }
 
 /// The request of a run reading `k` partitions ahead.
-fn request(k: usize) -> String {
-    serde_json::json!({
+/// The request, `k` partitions ahead; `max_message_bytes` left to the
+/// server's default (2 MiB) when `None`.
+fn request(k: usize, max_message_bytes: Option<usize>) -> String {
+    let mut r = serde_json::json!({
         "dataset": "flight",
         "partition_rows": PARTITION_ROWS,
         "prefetch_partitions": k,
-    })
-    .to_string()
+    });
+    if let Some(b) = max_message_bytes {
+        r["max_message_bytes"] = b.into();
+    }
+    r.to_string()
 }
 
 /// One epoch from the server to the Rust client, `k` partitions ahead
@@ -123,7 +134,7 @@ async fn rust_epoch(
     let start_rss = vm_rss();
     let sampler = RssSampler::start();
     let info = c
-        .get_flight_info(FlightDescriptor::new_cmd(request(k)))
+        .get_flight_info(FlightDescriptor::new_cmd(request(k, None)))
         .await
         .expect("flight info");
     if ready_first {
@@ -333,22 +344,34 @@ pub async fn runs(quick: bool) -> Vec<Record> {
         ..timed("udfchain->rust", partitions, rounds, best.0)
     });
     drop(c);
-    let args = [
-        "client".to_string(),
-        format!("grpc://{addr}"),
-        request(partitions),
-        partitions.to_string(),
-    ];
-    let py_client = tokio::task::spawn_blocking(move || python_best(&args, rounds, rows))
-        .await
-        .expect("flight.py client");
-    records.push(match py_client {
-        Ok(seconds) => Record {
-            target_ratio: Some(PYARROW_TARGET),
-            ..timed("udfchain->pyarrow", partitions, rounds, seconds)
-        },
-        Err(e) => failed("udfchain->pyarrow", e),
-    });
+    // pyarrow's client with the server's default messages, and with messages
+    // of up to PYARROW_MESSAGE_BYTES (it accepts any size: a partition whole).
+    for (peer, max_message_bytes, target) in [
+        ("udfchain->pyarrow", None, None),
+        (
+            "udfchain->pyarrow",
+            Some(PYARROW_MESSAGE_BYTES),
+            Some(PYARROW_TARGET),
+        ),
+    ] {
+        let args = [
+            "client".to_string(),
+            format!("grpc://{addr}"),
+            request(partitions, max_message_bytes),
+            partitions.to_string(),
+        ];
+        let py_client = tokio::task::spawn_blocking(move || python_best(&args, rounds, rows))
+            .await
+            .expect("flight.py client");
+        records.push(match py_client {
+            Ok(seconds) => Record {
+                target_ratio: target,
+                max_message_bytes,
+                ..timed(peer, partitions, rounds, seconds)
+            },
+            Err(e) => failed(peer, e),
+        });
+    }
     let _ = stop.send(());
     let _ = server.await;
     let args = [
@@ -376,9 +399,10 @@ fn opt(v: Option<f64>, digits: usize) -> String {
 /// The flight runs as an aligned table.
 pub fn table(records: &[Record]) -> String {
     let mut s = format!(
-        "{:<18} {:>4} {:>6} {:>8} {:>7} {:>7} {:>9} {:>11} {:>7}\n",
+        "{:<18} {:>4} {:>8} {:>6} {:>8} {:>7} {:>7} {:>9} {:>11} {:>7}\n",
         "server->client",
         "k",
+        "msg MiB",
         "rounds",
         "seconds",
         "MB",
@@ -393,10 +417,16 @@ pub fn table(records: &[Record]) -> String {
             s.push_str(&format!("{:<18} error: {e}\n", r.peer.unwrap_or("-")));
             continue;
         }
+        let message = match (r.peer, r.max_message_bytes) {
+            (Some("pyarrow->pyarrow"), _) => "whole".to_string(),
+            (_, Some(b)) => (b >> 20).to_string(),
+            (_, None) => "2".to_string(),
+        };
         s.push_str(&format!(
-            "{:<18} {:>4} {:>6} {:>8.3} {:>7.1} {:>7.0} {:>9.0} {:>11} {:>7}\n",
+            "{:<18} {:>4} {:>8} {:>6} {:>8.3} {:>7.1} {:>7.0} {:>9.0} {:>11} {:>7}\n",
             r.peer.unwrap_or("-"),
             r.prefetch_partitions.unwrap_or(0),
+            message,
             r.rounds.unwrap_or(0),
             r.seconds,
             mb,

@@ -46,6 +46,9 @@ pub struct Record {
     /// flight: server -> client, "udfchain->rust", "udfchain->pyarrow" or
     /// "pyarrow->pyarrow" (the reference).
     pub peer: Option<&'static str>,
+    /// flight: the request's `max_message_bytes` (`null`: the server's
+    /// default, 2 MiB; the reference sends each partition as one message).
+    pub max_message_bytes: Option<usize>,
     /// flight: timed rounds (after one warm-up); `seconds` is the best.
     pub rounds: Option<usize>,
     /// flight: mb_per_s / the pyarrow->pyarrow reference's, measured in the same run.

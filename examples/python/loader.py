@@ -35,6 +35,11 @@ import pyarrow.flight as flight
 
 _DONE = object()
 
+# pyarrow's client accepts Flight messages of any size, and reads a few large
+# ones faster than many of the server's default 2 MiB (about twice as fast for
+# partitions of 8 MB on loopback): ask for messages of up to 16 MiB.
+MAX_MESSAGE_BYTES = 16 << 20
+
 
 class FlightLoader:
     """Iterates epochs of a `udfchain serve` flight, `prefetch` partitions ahead."""
@@ -52,6 +57,7 @@ class FlightLoader:
         request = dict(self.request, epoch=epoch)
         if "prefetch_partitions" not in request:
             request["prefetch_partitions"] = self.prefetch
+        request.setdefault("max_message_bytes", MAX_MESSAGE_BYTES)
         client = client or flight.connect(self.location)
         descriptor = flight.FlightDescriptor.for_command(json.dumps(request))
         return client.get_flight_info(descriptor)

@@ -3,10 +3,12 @@
 //!
 //! Guarantees:
 //! - the messages are the schema, then the batches in order, each batch split
-//!   into messages of at most [`FLIGHT_DATA_SIZE`] bytes of Arrow data
-//!   (zero-copy slices, no per-row work);
+//!   into messages of at most the request's `max_message_bytes` of Arrow data
+//!   (zero-copy slices, no per-row work; a single larger row is one message);
 //! - at most [`ENCODED_AHEAD`] encoded messages wait for the sender, so what a
-//!   `do_get` holds beyond its partition stays within `ENCODED_AHEAD` messages;
+//!   `do_get` holds beyond its partition stays within `ENCODED_AHEAD` messages
+//!   (at most 2 × 64 MiB, the largest `max_message_bytes`, and never more than
+//!   the partition's own bytes);
 //! - dropping the stream (the client went away) aborts the encoding task;
 //! - an encoding error, or a panic of the encoding task, is the last item:
 //!   nothing is sent after it (a stream never ends short without an error).
@@ -22,7 +24,6 @@ use futures::stream::{Stream, StreamExt};
 use tokio::sync::mpsc;
 use tonic::Status;
 
-use super::flight::FLIGHT_DATA_SIZE;
 use crate::runtime::{PoolTask, spawn};
 
 /// Encoded messages of one `do_get` waiting for the sender: the next one is
@@ -36,13 +37,14 @@ pub(crate) struct EncodedAhead {
 }
 
 impl EncodedAhead {
-    /// Starts encoding on the current runtime.
-    pub(crate) fn start(schema: SchemaRef, batches: Vec<RecordBatch>) -> Self {
+    /// Starts encoding on the current runtime, in messages of at most
+    /// `max_bytes` of Arrow data.
+    pub(crate) fn start(schema: SchemaRef, batches: Vec<RecordBatch>, max_bytes: usize) -> Self {
         let (tx, messages) = mpsc::channel(ENCODED_AHEAD);
         let task = spawn(async move {
             let mut encoded = FlightDataEncoderBuilder::new()
                 .with_schema(schema)
-                .with_max_flight_data_size(FLIGHT_DATA_SIZE)
+                .with_max_flight_data_size(max_bytes)
                 .build(futures::stream::iter(batches.into_iter().map(Ok)));
             while let Some(message) = encoded.next().await {
                 let message = message.map_err(Status::from);

@@ -8,8 +8,9 @@
 //!   request's (rank, worker), one endpoint each, in the order to read them
 //!   (`ordered = true`); opens a read-ahead stream (see `readahead.rs`);
 //! - `get_schema(cmd)`: the schema the request's partitions have;
-//! - `do_get(ticket)`: one partition, as Arrow IPC messages of at most
-//!   [`FLIGHT_DATA_SIZE`] bytes (larger batches are split, no per-row work),
+//! - `do_get(ticket)`: one partition, as Arrow IPC messages of at most the
+//!   request's `max_message_bytes` (default [`FLIGHT_DATA_SIZE`]; larger
+//!   batches are split, no per-row work),
 //!   encoded while the previous ones are sent (`encode.rs`), only for a ticket
 //!   this server process issued, unchanged (`ticket.rs`);
 //! - `do_action("stats")`: the read-ahead's [`super::ReadAheadStats`] as JSON.
@@ -48,8 +49,9 @@ use crate::loader::{EpochPlan, Loader};
 use crate::session::Session;
 use crate::util::redact::redact;
 
-/// The target size of one Flight message (Arrow's default: fits any gRPC
-/// client's default 4 MiB receive limit).
+/// The target size of one Flight message unless the request's
+/// `max_message_bytes` says otherwise (Arrow's default: fits any gRPC client's
+/// default 4 MiB receive limit).
 pub const FLIGHT_DATA_SIZE: usize = 2 * 1024 * 1024;
 
 /// The `stats` action's name.
@@ -293,8 +295,13 @@ impl FlightService for LoaderFlightService {
             .take(ticket.stream, ticket.index, client, reopen)
             .await
             .map_err(status)?;
-        let inner =
-            EncodedAhead::start(Arc::clone(&plan.schema), held.data.batches.clone()).boxed();
+        let max_bytes = ticket.request.max_message_bytes.unwrap_or(FLIGHT_DATA_SIZE);
+        let inner = EncodedAhead::start(
+            Arc::clone(&plan.schema),
+            held.data.batches.clone(),
+            max_bytes,
+        )
+        .boxed();
         let stream = PartitionStream {
             inner,
             held: Some(held),

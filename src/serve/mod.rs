@@ -32,7 +32,7 @@ pub use readahead::{
 };
 pub use request::{
     DEFAULT_PARTITION_ROWS, FlightRequest, MAX_CONSUMERS, MAX_PARALLEL_REQUESTS,
-    MAX_PARTITION_ROWS, MAX_PREFETCH_PARTITIONS, RequestError,
+    MAX_PARTITION_ROWS, MAX_PREFETCH_PARTITIONS, MESSAGE_BYTES_RANGE, RequestError,
 };
 pub use routes::MAX_REQUEST_MESSAGE;
 pub use ticket::{FlightTicket, TicketError, TicketKey};

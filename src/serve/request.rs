@@ -24,11 +24,15 @@ pub const MAX_PREFETCH_PARTITIONS: usize = 1024;
 pub const MAX_PARALLEL_REQUESTS: usize = 64;
 /// The largest `world_size` and `num_workers`.
 pub const MAX_CONSUMERS: usize = 1 << 16;
+/// The range of `max_message_bytes`: from 1 KiB (a message per few rows) to
+/// 64 MiB (what a `do_get` encodes ahead is at most twice this).
+pub const MESSAGE_BYTES_RANGE: (usize, usize) = (1024, 64 << 20);
 
 /// What to serve: `{"dataset": "name", "version": 1, "partition_rows": 1000,
 /// "shuffle": true, "seed": 7, "epoch": 0, "rank": 0, "world_size": 1,
 /// "worker": 0, "num_workers": 1, "columns": ["a"], "with_bytes": {"file":
-/// "data"}, "prefetch_partitions": 2, "parallel_requests": 1}`.
+/// "data"}, "prefetch_partitions": 2, "parallel_requests": 1,
+/// "max_message_bytes": 2097152}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FlightRequest {
@@ -77,6 +81,14 @@ pub struct FlightRequest {
     /// (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parallel_requests: Option<usize>,
+    /// The most bytes of Arrow data in one `do_get` message, in
+    /// [`MESSAGE_BYTES_RANGE`] (default [`super::FLIGHT_DATA_SIZE`], 2 MiB: under
+    /// the 4 MiB every gRPC library accepts by default). A client that accepts
+    /// larger messages (pyarrow's accepts any size) reads faster with fewer:
+    /// 16 MiB sends a partition of 8 MB whole. A single row larger than this
+    /// still goes as one message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_message_bytes: Option<usize>,
 }
 
 fn one() -> usize {
@@ -174,6 +186,10 @@ impl FlightRequest {
         if let Some(p) = self.parallel_requests {
             range("parallel_requests", p, 1, MAX_PARALLEL_REQUESTS)?;
         }
+        if let Some(b) = self.max_message_bytes {
+            let (lo, hi) = MESSAGE_BYTES_RANGE;
+            range("max_message_bytes", b, lo, hi)?;
+        }
         Ok(())
     }
 
@@ -220,6 +236,7 @@ mod tests {
         );
         assert!(!r.shuffle && r.columns.is_none() && r.with_bytes.is_none());
         assert_eq!(r.epoch, 0);
+        assert_eq!(r.max_message_bytes, None);
     }
 
     #[test]
@@ -256,6 +273,15 @@ mod tests {
         assert!(err(r#"{"dataset": "d", "columns": ["a", "a"]}"#).contains("\"a\" twice"));
         assert!(err(r#"{"dataset": "d", "with_bytes": {}}"#).contains("one"));
         assert!(err(r#"{"dataset": "d", "parallel_requests": 0}"#).contains("parallel_requests"));
+        for b in [0, 1023, (64 << 20) + 1] {
+            let json = format!(r#"{{"dataset": "d", "max_message_bytes": {b}}}"#);
+            assert!(
+                err(&json).contains(&format!(
+                    "max_message_bytes must be in 1024..=67108864, got {b}"
+                )),
+                "{json}"
+            );
+        }
         assert!(err(r#"{"dataset": "d", "rank": -1}"#).contains("invalid value"));
         assert!(err("not json").contains("JSON request"));
         assert!(err(r#"{"dataset": " "}"#).contains("dataset"));

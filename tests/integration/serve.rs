@@ -233,62 +233,100 @@ async fn endpoints_cover_every_row_once_in_dataset_order() {
 /// A partition of ~6 MiB: more than one Flight message, each within the
 /// message size (a default gRPC client, 4 MiB receive limit, reads it), the
 /// rows in order with their content.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_large_partition_arrives_in_bounded_messages_in_row_order() {
-    let (n, width) = (768, 8192);
-    let (_root, session) = items(n, width).await;
-    let server = start(FlightServer::new(session)).await;
-    let json = format!(r#"{{"dataset": "items", "partition_rows": {n}}}"#);
-    let mut c = client(server.addr).await;
-    let fi = info(&mut c, &json).await.expect("info");
+/// Every message of partition 0 of `json`, read by a raw client with tonic's
+/// receive limit raised to `limit` (`None`: its default 4 MiB).
+async fn raw_messages(addr: SocketAddr, json: &str, limit: Option<usize>) -> Vec<FlightData> {
+    let mut c = client(addr).await;
+    let fi = info(&mut c, json).await.expect("info");
     assert_eq!(fi.endpoint.len(), 1);
-
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", server.addr))
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
         .expect("endpoint")
         .connect()
         .await
         .expect("connect");
-    let mut raw = FlightServiceClient::new(channel); // tonic's default 4 MiB limit
-    let messages: Vec<FlightData> = raw
-        .do_get(ticket(&fi, 0))
+    let mut raw = FlightServiceClient::new(channel);
+    if let Some(limit) = limit {
+        raw = raw.max_decoding_message_size(limit);
+    }
+    raw.do_get(ticket(&fi, 0))
         .await
         .expect("do_get")
         .into_inner()
         .try_collect()
         .await
-        .expect("every message");
-    let bodies: Vec<usize> = messages.iter().map(|m| m.data_body.len()).collect();
-    assert!(
-        bodies.len() >= 3,
-        "a schema and the batch split: {bodies:?}"
-    );
-    // The IPC body pads each of its buffers to 64 bytes.
-    assert!(
-        bodies.iter().all(|&b| b <= FLIGHT_DATA_SIZE + 3 * 64),
-        "{bodies:?}"
-    );
-    let batches: Vec<RecordBatch> = FlightRecordBatchStream::new_from_flight_data(
-        futures::stream::iter(messages.into_iter().map(Ok)),
-    )
-    .try_collect()
-    .await
-    .expect("decode");
-    assert_eq!(ids(&batches), (0..n).collect::<Vec<i64>>());
-    let texts: Vec<String> = batches
-        .iter()
-        .flat_map(|b| {
-            let col = b.column_by_name("text").expect("text column");
-            let col = datafusion::arrow::compute::cast(col, &DataType::Utf8).expect("as utf8");
-            let col = col.as_string::<i32>().clone();
-            (0..col.len()).map(move |i| col.value(i).to_string())
-        })
-        .collect();
-    let want: Vec<String> = (0..n).map(|id| format!("{id:0width$}")).collect();
-    assert!(texts == want, "every row's text, in order");
-    stats_until(&mut c, "the partition is let go once sent", |s| {
+        .expect("every message")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_partition_arrives_in_bounded_messages_in_row_order() {
+    let (n, width) = (768, 8192);
+    let (_root, session) = items(n, width).await;
+    let server = start(FlightServer::new(session)).await;
+    let json = |extra: &str| format!(r#"{{"dataset": "items", "partition_rows": {n}{extra}}}"#);
+    // The default fits tonic's default limit; a request's max_message_bytes
+    // bounds the messages instead (the IPC body pads each of its 3 buffers to
+    // 64 bytes); a client that accepts more gets the ~6 MB batch whole.
+    for (extra, limit, bound, count) in [
+        ("", None, FLIGHT_DATA_SIZE, 3..=usize::MAX),
+        (
+            r#", "max_message_bytes": 1048576"#,
+            None,
+            1 << 20,
+            7..=usize::MAX,
+        ),
+        (
+            r#", "max_message_bytes": 16777216"#,
+            Some(32 << 20),
+            16 << 20,
+            2..=2,
+        ),
+    ] {
+        let messages = raw_messages(server.addr, &json(extra), limit).await;
+        let bodies: Vec<usize> = messages.iter().map(|m| m.data_body.len()).collect();
+        assert!(
+            count.contains(&bodies.len()),
+            "{extra}: a schema and the batch: {bodies:?}"
+        );
+        assert!(
+            bodies.iter().all(|&b| b <= bound + 3 * 64),
+            "{extra}: {bodies:?}"
+        );
+        let batches: Vec<RecordBatch> = FlightRecordBatchStream::new_from_flight_data(
+            futures::stream::iter(messages.into_iter().map(Ok)),
+        )
+        .try_collect()
+        .await
+        .expect("decode");
+        assert_eq!(ids(&batches), (0..n).collect::<Vec<i64>>());
+        let texts: Vec<String> = batches
+            .iter()
+            .flat_map(|b| {
+                let col = b.column_by_name("text").expect("text column");
+                let col = datafusion::arrow::compute::cast(col, &DataType::Utf8).expect("as utf8");
+                let col = col.as_string::<i32>().clone();
+                (0..col.len()).map(move |i| col.value(i).to_string())
+            })
+            .collect();
+        let want: Vec<String> = (0..n).map(|id| format!("{id:0width$}")).collect();
+        assert!(texts == want, "{extra}: every row's text, in order");
+    }
+    let mut c = client(server.addr).await;
+    stats_until(&mut c, "the partitions are let go once sent", |s| {
         s.streams == 0 && s.buffered_bytes == 0
     })
     .await;
+    // Out of range is refused before anything is read.
+    let s = status_of(
+        info(&mut c, &json(r#", "max_message_bytes": 100"#))
+            .await
+            .expect_err("too small"),
+    );
+    assert_eq!(s.code(), tonic::Code::InvalidArgument);
+    assert!(
+        s.message().contains("max_message_bytes must be in"),
+        "{}",
+        s.message()
+    );
     server.stop().await;
 }
 
