@@ -38,7 +38,7 @@ use datafusion::arrow::ipc::writer::IpcWriteOptions;
 use futures::stream::{BoxStream, Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
-use super::encode::EncodedAhead;
+use super::encode::{self, FlightMessage};
 use super::readahead::{HeldPartition, ReadAhead, Serving};
 use super::request::{FlightRequest, RequestError};
 use super::ticket::{TicketError, TicketKey};
@@ -158,22 +158,54 @@ fn schema_error(e: datafusion::arrow::error::ArrowError) -> Status {
 
 /// One partition's Flight messages; holds the partition (counted, charged)
 /// until the last message is sent or the client goes away.
-struct PartitionStream {
-    inner: BoxStream<'static, Result<FlightData, Status>>,
+pub(crate) struct PartitionStream {
+    messages: std::vec::IntoIter<FlightMessage>,
     held: Option<HeldPartition>,
     serving: Serving,
 }
 
 impl Stream for PartitionStream {
-    type Item = Result<FlightData, Status>;
+    type Item = Result<FlightMessage, Status>;
 
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let next = self.inner.poll_next_unpin(cx);
-        if let Poll::Ready(None) = next {
+    fn poll_next(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let next = self.messages.next();
+        if next.is_none() && self.held.is_some() {
             self.held = None;
             self.serving.finish();
         }
-        next
+        Poll::Ready(next.map(Ok))
+    }
+}
+
+impl LoaderFlightService {
+    /// `do_get`: the ticket's partition as Flight messages whose bodies are
+    /// the partition's buffers (sent as they are by `routes.rs`).
+    pub(crate) async fn partition_messages(
+        &self,
+        request: Request<Ticket>,
+    ) -> Result<Response<PartitionStream>, Status> {
+        let client = request.remote_addr().map(|a| a.ip());
+        let ticket = self
+            .tickets
+            .check(&request.get_ref().ticket)
+            .map_err(bad_ticket)?;
+        let reopen = || async {
+            let (req, loader, plan) = self.plan(ticket.request.clone()).await?;
+            let (k, p) = self.read_ahead(&req);
+            Ok((loader, plan, k, p))
+        };
+        let (held, serving, plan) = self
+            .readahead
+            .take(ticket.stream, ticket.index, client, reopen)
+            .await
+            .map_err(status)?;
+        let max_bytes = ticket.request.max_message_bytes.unwrap_or(FLIGHT_DATA_SIZE);
+        let messages = encode::messages(&plan.schema, &held.data.batches, max_bytes)?;
+        Ok(Response::new(PartitionStream {
+            messages: messages.into_iter(),
+            held: Some(held),
+            serving,
+        }))
     }
 }
 
@@ -280,34 +312,11 @@ impl FlightService for LoaderFlightService {
         &self,
         request: Request<Ticket>,
     ) -> Result<Response<Self::DoGetStream>, Status> {
-        let client = request.remote_addr().map(|a| a.ip());
-        let ticket = self
-            .tickets
-            .check(&request.get_ref().ticket)
-            .map_err(bad_ticket)?;
-        let reopen = || async {
-            let (req, loader, plan) = self.plan(ticket.request.clone()).await?;
-            let (k, p) = self.read_ahead(&req);
-            Ok((loader, plan, k, p))
-        };
-        let (held, serving, plan) = self
-            .readahead
-            .take(ticket.stream, ticket.index, client, reopen)
-            .await
-            .map_err(status)?;
-        let max_bytes = ticket.request.max_message_bytes.unwrap_or(FLIGHT_DATA_SIZE);
-        let inner = EncodedAhead::start(
-            Arc::clone(&plan.schema),
-            held.data.batches.clone(),
-            max_bytes,
-        )
-        .boxed();
-        let stream = PartitionStream {
-            inner,
-            held: Some(held),
-            serving,
-        };
-        Ok(Response::new(stream.boxed()))
+        // Served over the network by routes.rs without this copy of each body.
+        Ok(self
+            .partition_messages(request)
+            .await?
+            .map(|s| s.map(|m| m.map(FlightMessage::into_flight_data)).boxed()))
     }
 
     async fn do_put(

@@ -24,7 +24,6 @@ mod request;
 mod routes;
 mod ticket;
 
-pub use encode::ENCODED_AHEAD;
 pub use flight::{FLIGHT_DATA_SIZE, LoaderFlightService, STATS_ACTION, status};
 pub use readahead::{
     DEFAULT_MAX_STREAMS, DEFAULT_MAX_STREAMS_PER_CLIENT, DEFAULT_MEMORY_LIMIT, READ_AHEAD_SHARE,

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use arrow_flight::Ticket;
-use arrow_flight::flight_service_server::{FlightService, FlightServiceServer};
+use arrow_flight::flight_service_server::FlightServiceServer;
 use bytes::Bytes;
 use http::HeaderValue;
 use http::header::CONTENT_TYPE;
@@ -107,7 +107,8 @@ async fn do_get(
         .to_bytes();
     let ticket = one_ticket(bytes)?;
     let request = tonic::Request::from_http(http::Request::from_parts(parts, ticket));
-    let (metadata, messages, _) = service.do_get(request).await?.into_parts();
+    let (metadata, messages, _) = service.partition_messages(request).await?.into_parts();
+    let messages = futures::StreamExt::boxed(messages);
     let mut response = http::Response::new(Body::new(FramedMessages::new(messages)));
     *response.headers_mut() = metadata.into_headers();
     response
