@@ -145,6 +145,7 @@ fn one_ticket(bytes: Bytes) -> Result<Ticket, Status> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn framed(flag: u8, message: &[u8], extra: &[u8]) -> Bytes {
         let mut b = vec![flag];
@@ -187,5 +188,30 @@ mod tests {
             code(framed(0, &[0x0a, 0xff], b"")),
             tonic::Code::InvalidArgument
         );
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig {
+            cases: 512,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        })]
+
+        /// Any bytes from a client, framed or not: a Ticket or a clear status, never a panic.
+        #[test]
+        fn any_request_body_is_a_ticket_or_a_status(
+            flag in 0u8..3,
+            declared in proptest::option::of(0u32..64),
+            message in proptest::collection::vec(any::<u8>(), 0..48),
+        ) {
+            let mut b = vec![flag];
+            let len = declared.unwrap_or(message.len() as u32);
+            b.extend_from_slice(&len.to_be_bytes());
+            b.extend_from_slice(&message);
+            match one_ticket(b.into()) {
+                Ok(t) => prop_assert!(t.ticket.len() <= message.len()),
+                Err(s) => prop_assert!(!s.message().is_empty()),
+            }
+        }
     }
 }

@@ -1011,7 +1011,7 @@ fn cli_live_run_stops_on_ctrl_c() {
     let root = dir.path().join("root");
     let config = cli_setup(dir.path(), "watch", "[\"true\"]");
     let data = dir.path().join("data");
-    let child = Command::new(env!("CARGO_BIN_EXE_udfchain"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_udfchain"))
         .arg("--root")
         .arg(&root)
         .args(["pipeline", "run", config.to_str().expect("utf8"), "--live"])
@@ -1020,7 +1020,7 @@ fn cli_live_run_stops_on_ctrl_c() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn");
-    let done = |n: usize| {
+    let mut done = |n: usize| {
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         loop {
             let show = udfchain(&root, &["pipeline", "show", "watch"]);
@@ -1028,9 +1028,15 @@ fn cli_live_run_stops_on_ctrl_c() {
             if text.matches("\"status\":\"done\"").count() >= n {
                 return;
             }
+            // Say what `show` and the live run said, should this ever time out.
             assert!(
                 std::time::Instant::now() < deadline,
-                "{n} triggers in time: {text}"
+                "{n} triggers in time: show exited {:?}, stdout {text:?}, stderr {:?}; \
+                 files in the data dir: {:?}; the live run: {:?}",
+                show.status,
+                String::from_utf8_lossy(&show.stderr),
+                std::fs::read_dir(&data).map(|d| d.count()).ok(),
+                child.try_wait(),
             );
             std::thread::sleep(Duration::from_millis(50));
         }
