@@ -3,8 +3,9 @@
 //! the keys of one trigger's training set (what `udfchain pipeline ls|show|keys`
 //! print).
 //!
-//! Guarantees: only reads the state dbs (nothing is created for a name that
-//! does not exist: that is an [`Error::Pipeline`] naming the root and the
+//! Guarantees: only reads the state dbs, opened read-only (nothing is created
+//! or synced, and a running supervisor's writes never wait on a reader; a name
+//! that does not exist is an [`Error::Pipeline`] naming the root and the
 //! closest pipeline name); a trigger's keys come in the set's (shuffled) order,
 //! partition by partition, as the training loop reads them.
 
@@ -34,7 +35,7 @@ pub fn pipelines(root: &Path) -> Result<Vec<PipelineSummary>> {
     let mut out = Vec::new();
     for name in state::pipeline_names(root)? {
         let path = state::pipeline_dir(root, &name).join(state::DB_FILE);
-        let (db, sql) = state::open(&name, &path)?;
+        let (db, sql) = state::open_read(&name, &path)?;
         let triggers = state::triggers(&db, &sql, None)?;
         let finished = triggers.iter().filter(|t| t.status != "pending").count();
         let samples = state::get_i64(&db, &sql, "next_key", 0)?;
@@ -128,7 +129,7 @@ fn open_existing(
             source: None,
         });
     }
-    let (db, sql) = state::open(name, &path)?;
+    let (db, sql) = state::open_read(name, &path)?;
     let yaml = state::get_text(&db, &sql, "config")?.ok_or_else(|| Error::Pipeline {
         pipeline: name.to_string(),
         reason: "its state holds no config (it never ran)".into(),

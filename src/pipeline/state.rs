@@ -136,6 +136,23 @@ pub fn open(pipeline: &str, path: &Path) -> Result<(Connection, SqlErr)> {
     Ok((conn, sql))
 }
 
+/// Opens the existing state db at `path` read-only, for commands that only
+/// read it (`pipeline ls|show|keys`): no table, pragma or directory sync is
+/// written, so reading never waits on a running supervisor's fsyncs nor
+/// takes a write lock from it (WAL readers and the writer do not block each
+/// other).
+pub fn open_read(pipeline: &str, path: &Path) -> Result<(Connection, SqlErr)> {
+    let sql = SqlErr::new(pipeline, path);
+    let conn = Connection::open_with_flags(
+        path,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(|e| sql.err(e))?;
+    conn.busy_timeout(Duration::from_secs(30))
+        .map_err(|e| sql.err(e))?;
+    Ok((conn, sql))
+}
+
 /// An integer from `pl_meta`, or `default`.
 pub fn get_i64(db: &Connection, sql: &SqlErr, name: &str, default: i64) -> Result<i64> {
     Ok(db
