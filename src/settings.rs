@@ -717,13 +717,7 @@ mod tests {
     }
 
     proptest! {
-        // 512 cases a run; failures print their input (no regressions file
-        // at the top level of the repository).
-        #![proptest_config(ProptestConfig {
-            cases: 512,
-            failure_persistence: None,
-            ..ProptestConfig::default()
-        })]
+        #![proptest_config(crate::util::fuzz_cases())]
 
         /// Any name and value: a setting or a one-line refusal, never a panic.
         #[test]

@@ -662,13 +662,7 @@ mod tests {
     }
 
     proptest! {
-        // 512 cases a run; failures print their input (no regressions file
-        // at the top level of the repository).
-        #![proptest_config(ProptestConfig {
-            cases: 512,
-            failure_persistence: None,
-            ..ProptestConfig::default()
-        })]
+        #![proptest_config(crate::util::fuzz_cases())]
 
         /// `CREATE DATASET name AS query` with any case and separators gives
         /// the name and the query exactly as written.

@@ -191,11 +191,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig {
-            cases: 512,
-            failure_persistence: None,
-            ..ProptestConfig::default()
-        })]
+        #![proptest_config(crate::util::fuzz_cases())]
 
         /// Any bytes from a client, framed or not: a Ticket or a clear status, never a panic.
         #[test]

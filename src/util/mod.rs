@@ -13,3 +13,15 @@ pub(crate) mod single_flight;
 
 mod names;
 pub use names::closest;
+
+/// The property tests' settings, one for every parser fuzzed in unit tests:
+/// 512 cases a run; failures print their input (no regressions file at the
+/// top level of the repository).
+#[cfg(test)]
+pub(crate) fn fuzz_cases() -> proptest::test_runner::Config {
+    proptest::test_runner::Config {
+        cases: 512,
+        failure_persistence: None,
+        ..proptest::test_runner::Config::default()
+    }
+}
