@@ -95,17 +95,26 @@ fn exhausted(msg: String) -> Error {
 /// dropped (its memory pool reservation goes with it).
 pub struct HeldPartition {
     pub data: PartitionData,
-    counters: Arc<Counters>,
+    // Declared after `data`: fields drop in order, so the partition's memory
+    // and its pool reservation are freed before the stats stop counting it
+    // (stats showing nothing held means the pool has it back).
+    _counted: Counted,
 }
 
-impl Drop for HeldPartition {
+/// One held partition in the counters, until dropped.
+struct Counted {
+    counters: Arc<Counters>,
+    bytes: usize,
+}
+
+impl Drop for Counted {
     fn drop(&mut self) {
         self.counters
             .buffered_bytes
-            .fetch_sub(self.data.bytes, Ordering::Relaxed);
+            .fetch_sub(self.bytes, Ordering::SeqCst);
         self.counters
             .buffered_partitions
-            .fetch_sub(1, Ordering::Relaxed);
+            .fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -375,7 +384,11 @@ impl ReadAhead {
                 )));
             }
             counters.buffered_partitions.fetch_add(1, Ordering::Relaxed);
-            Ok(Some(HeldPartition { data, counters }))
+            let bytes = data.bytes;
+            Ok(Some(HeldPartition {
+                data,
+                _counted: Counted { counters, bytes },
+            }))
         }
     }
 
@@ -539,8 +552,8 @@ impl ReadAhead {
             .sum();
         let c = &self.counters;
         ReadAheadStats {
-            buffered_bytes: c.buffered_bytes.load(Ordering::Relaxed),
-            buffered_partitions: c.buffered_partitions.load(Ordering::Relaxed),
+            buffered_bytes: c.buffered_bytes.load(Ordering::SeqCst),
+            buffered_partitions: c.buffered_partitions.load(Ordering::SeqCst),
             streams: streams.len(),
             pending_partitions: pending,
             partitions_served: c.partitions_served.load(Ordering::Relaxed),
