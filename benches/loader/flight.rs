@@ -23,8 +23,8 @@
 //! time from the first `do_get` to the last batch. `ratio_to_reference` = MB/s
 //! / pyarrow->pyarrow MB/s of the same run; targets (reported, not asserted):
 //! udfchain->rust >= 1.0 and udfchain->pyarrow (16 MiB messages) >= 0.9 with
-//! every partition read ahead. `ipc_mb_per_s`/`ratio_to_bound`: the same bytes decoded from a
-//! `Vec<u8>` of Arrow IPC. Python is `$UDFCHAIN_PYTHON`, else
+//! every partition read ahead. `ipc_mb_per_s`/`ratio_to_bound`: the same bytes
+//! decoded from a `Vec<u8>` of Arrow IPC. Python is `$UDFCHAIN_PYTHON`, else
 //! `~/.cache/udfchain-venv/bin/python`; without pyarrow the pyarrow peers
 //! are records with an `error` and no numbers.
 
@@ -106,8 +106,7 @@ async fn read_all(c: &mut FlightClient, info: &FlightInfo) -> (usize, f64) {
     (rows, t0.elapsed().as_secs_f64())
 }
 
-/// The request of a run reading `k` partitions ahead.
-/// The request, `k` partitions ahead; `max_message_bytes` left to the
+/// The request of a run reading `k` partitions ahead; `max_message_bytes` left to the
 /// server's default (2 MiB) when `None`.
 fn request(k: usize, max_message_bytes: Option<usize>) -> String {
     let mut r = serde_json::json!({
@@ -420,7 +419,7 @@ pub fn table(records: &[Record]) -> String {
         let message = match (r.peer, r.max_message_bytes) {
             (Some("pyarrow->pyarrow"), _) => "whole".to_string(),
             (_, Some(b)) => (b >> 20).to_string(),
-            (_, None) => "2".to_string(),
+            (_, None) => (udfchain::serve::FLIGHT_DATA_SIZE >> 20).to_string(),
         };
         s.push_str(&format!(
             "{:<18} {:>4} {:>8} {:>6} {:>8.3} {:>7.1} {:>7.0} {:>9.0} {:>11} {:>7}\n",

@@ -39,15 +39,11 @@ impl FlightMessage {
         self.body.iter().map(Bytes::len).sum()
     }
 
-    /// The message as one `FlightData` (its body copied into one buffer).
+    /// The message as one `FlightData` (a body of several pieces copied into one).
     pub(crate) fn into_flight_data(self) -> FlightData {
-        let mut body = BytesMut::with_capacity(self.body_len());
-        for piece in &self.body {
-            body.extend_from_slice(piece);
-        }
         FlightData {
             data_header: self.header,
-            data_body: body.freeze(),
+            data_body: contiguous(self.body),
             ..FlightData::default()
         }
     }
@@ -119,10 +115,10 @@ fn take(pieces: &mut VecDeque<Bytes>, mut n: usize) -> Result<Vec<Bytes>, ArrowE
 
 /// `pieces` as one `Bytes` (copied only when there is more than one).
 fn contiguous(mut pieces: Vec<Bytes>) -> Bytes {
-    if pieces.len() == 1 {
+    if pieces.len() <= 1 {
         return pieces.pop().unwrap_or_default();
     }
-    let mut one = BytesMut::new();
+    let mut one = BytesMut::with_capacity(pieces.iter().map(Bytes::len).sum());
     for p in &pieces {
         one.extend_from_slice(p);
     }

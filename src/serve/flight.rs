@@ -11,8 +11,9 @@
 //! - `do_get(ticket)`: one partition, as Arrow IPC messages of at most the
 //!   request's `max_message_bytes` (default [`FLIGHT_DATA_SIZE`]; larger
 //!   batches are split, no per-row work),
-//!   encoded while the previous ones are sent (`encode.rs`), only for a ticket
-//!   this server process issued, unchanged (`ticket.rs`);
+//!   their bodies the partition's own buffers (`encode.rs`, sent as they are by
+//!   `routes.rs`), only for a ticket this server process issued, unchanged
+//!   (`ticket.rs`);
 //! - `do_action("stats")`: the read-ahead's [`super::ReadAheadStats`] as JSON.
 //!
 //! Errors reach the client as Flight statuses whose message says what to fix:

@@ -39,7 +39,8 @@ pub(crate) const COALESCE: usize = 16 * 1024;
 const HEADER_KEY: &[u8] = &[0x12];
 const BODY_KEY: &[u8] = &[0xc2, 0x3e];
 
-/// Bytes of `v` as a protobuf varint.
+/// Bytes of `v` as a protobuf varint (prost's own varint functions are
+/// `#[doc(hidden)]`, not its API).
 fn varint_len(v: usize) -> usize {
     let bits = usize::BITS - (v | 1).leading_zeros();
     bits.div_ceil(7) as usize

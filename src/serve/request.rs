@@ -25,7 +25,8 @@ pub const MAX_PARALLEL_REQUESTS: usize = 64;
 /// The largest `world_size` and `num_workers`.
 pub const MAX_CONSUMERS: usize = 1 << 16;
 /// The range of `max_message_bytes`: from 1 KiB (a message per few rows) to
-/// 64 MiB (what a `do_get` encodes ahead is at most twice this).
+/// 64 MiB (a partition of tens of MB in one message; a message's size changes
+/// only its header count, its body is the partition's buffers either way).
 pub const MESSAGE_BYTES_RANGE: (usize, usize) = (1024, 64 << 20);
 
 /// What to serve: `{"dataset": "name", "version": 1, "partition_rows": 1000,

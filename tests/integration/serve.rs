@@ -230,9 +230,6 @@ async fn endpoints_cover_every_row_once_in_dataset_order() {
     server.stop().await;
 }
 
-/// A partition of ~6 MiB: more than one Flight message, each within the
-/// message size (a default gRPC client, 4 MiB receive limit, reads it), the
-/// rows in order with their content.
 /// Every message of partition 0 of `json`, read by a raw client with tonic's
 /// receive limit raised to `limit` (`None`: its default 4 MiB).
 async fn raw_messages(addr: SocketAddr, json: &str, limit: Option<usize>) -> Vec<FlightData> {
@@ -257,6 +254,9 @@ async fn raw_messages(addr: SocketAddr, json: &str, limit: Option<usize>) -> Vec
         .expect("every message")
 }
 
+/// A partition of ~6 MiB: more than one Flight message, each within the
+/// message size (a default gRPC client, 4 MiB receive limit, reads it), the
+/// rows in order with their content.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_partition_arrives_in_bounded_messages_in_row_order() {
     let (n, width) = (768, 8192);
