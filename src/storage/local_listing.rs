@@ -14,10 +14,13 @@
 //!   directory's entries are sorted by name with a directory compared as
 //!   `name/` (so `a-c` < `a/x` < `a0`, as the full keys compare);
 //! - one `stat` per file (a directory's type comes from `readdir`), relative to
-//!   its open directory (no path lookup from `/`), done when the file's chunk is
-//!   reached: the walk runs on the blocking pool in chunks, so a `limit` above
-//!   the listing stops it early; a chunk's files are stat'ed on up to `cores`
-//!   blocking threads at once, each part's results kept in the chunk's order;
+//!   its open directory (no path lookup from `/`), done at most one chunk of
+//!   `CHUNK` files ahead of the consumer: the walk runs in a task of its own
+//!   (aborted when the listing is dropped) that stats the next chunk while the
+//!   consumer takes the current one, so a `limit` above the listing stops it
+//!   within two chunks and the consumer's work overlaps the `statx` calls; a
+//!   chunk's files are stat'ed on up to `cores` blocking threads at once, each
+//!   part's results kept in the chunk's order;
 //! - a symlink to one of its own ancestor directories is an error naming both
 //!   paths, not an endless walk.
 
@@ -27,9 +30,10 @@ use std::io;
 use std::path::{Path as FsPath, PathBuf};
 use std::sync::Arc;
 
-use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
+use futures::stream::{self, BoxStream, StreamExt};
 use object_store::ObjectMeta;
 use object_store::path::{Path, PathPart};
+use tokio::sync::mpsc;
 
 /// Files stat'ed per trip of the walk (object_store's own chunk).
 const CHUNK: usize = 1024;
@@ -49,15 +53,66 @@ pub(crate) fn list_local(
         Err(e) => return stream::once(async move { Err(e) }).boxed(),
     };
     let cores = crate::runtime::cores();
-    stream::try_unfold(Some(walk), move |walk| async move {
-        let Some(walk) = walk else {
-            return Ok::<_, object_store::Error>(None);
+    // The task starts at the first poll (inside the runtime that polls it).
+    stream::unfold(Listing::Start(walk), move |state| async move {
+        let (mut chunks, walker) = match state {
+            Listing::Start(walk) => {
+                let (tx, rx) = mpsc::channel(1);
+                (rx, crate::runtime::spawn(walk_ahead(walk, cores, tx)))
+            }
+            Listing::Running(chunks, walker) => (chunks, walker),
+            Listing::Done => return None,
         };
-        let (walk, metas) = next_chunk(walk, cores).await?;
-        Ok(Some((stream::iter(metas), walk)))
+        match chunks.recv().await {
+            Some(metas) => Some((metas, Listing::Running(chunks, walker))),
+            // The walk is done, or its task ended without saying why.
+            None => match walker.await {
+                Ok(()) => None,
+                Err(e) => Some((vec![Err(generic(format!("the walk {e}")))], Listing::Done)),
+            },
+        }
     })
-    .try_flatten()
+    .flat_map(stream::iter)
     .boxed()
+}
+
+/// Where a listing is.
+enum Listing {
+    /// Not polled yet.
+    Start(Walk),
+    /// The walk's task and the chunks it sends.
+    Running(
+        mpsc::Receiver<Vec<object_store::Result<ObjectMeta>>>,
+        crate::runtime::PoolTask<()>,
+    ),
+    /// An error was the last item.
+    Done,
+}
+
+/// Walks and stats chunk after chunk into `tx`, one chunk ahead of the
+/// consumer: a chunk is started only once the one before it was taken (the
+/// channel holds one, and its slot is reserved before the work), and the walk
+/// stops when the listing is dropped or after the first error.
+async fn walk_ahead(
+    mut walk: Walk,
+    cores: usize,
+    tx: mpsc::Sender<Vec<object_store::Result<ObjectMeta>>>,
+) {
+    loop {
+        let Ok(slot) = tx.reserve().await else {
+            return;
+        };
+        match next_chunk(walk, cores).await {
+            Ok((next, metas)) => {
+                slot.send(metas);
+                match next {
+                    Some(next) => walk = next,
+                    None => return,
+                }
+            }
+            Err(e) => return slot.send(vec![Err(e)]),
+        }
+    }
 }
 
 /// The walk's next chunk of results (ended by its first error) and the walk,
@@ -537,28 +592,53 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_file_is_stat_only_once_its_chunk_is_reached() {
+    async fn a_file_is_stat_only_once_the_chunk_before_it_is_reached() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let n = 3 * CHUNK;
+        let n = 4 * CHUNK;
         let mut names = many(dir.path(), n);
         names.sort();
         let prefix = prefix(dir.path());
         let mut walk = list_local(&prefix, true);
         let first = walk.try_next().await.expect("walk").expect("a file");
         assert!(first.location.as_ref().ends_with(&names[0]));
-        // Files past the first chunk vanish: a consumer that stopped here
-        // (a `limit`) never had them stat'ed, one that goes on skips them.
-        for name in &names[CHUNK..] {
+        // Files past the second chunk vanish: a consumer that stopped here
+        // (a `limit`) never had them stat'ed, one that goes on skips them;
+        // the second chunk, read ahead, is listed whole.
+        for name in &names[2 * CHUNK..] {
             fs::remove_file(dir.path().join(name)).expect("rm");
         }
         let rest: Vec<ObjectMeta> = walk.try_collect().await.expect("walk");
-        assert_eq!(rest.len(), CHUNK - 1);
+        assert_eq!(rest.len(), 2 * CHUNK - 1);
         assert!(
             rest.last()
                 .expect("last")
                 .location
                 .as_ref()
-                .ends_with(&names[CHUNK - 1])
+                .ends_with(&names[2 * CHUNK - 1])
         );
+    }
+
+    #[tokio::test]
+    async fn a_dropped_listing_stops_its_walk() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        many(dir.path(), 3 * CHUNK);
+        let prefix = prefix(dir.path());
+        let metrics = tokio::runtime::Handle::current().metrics();
+        let mut walk = list_local(&prefix, true);
+        walk.try_next().await.expect("walk").expect("a file");
+        assert_eq!(
+            metrics.num_alive_tasks(),
+            1,
+            "the walk runs ahead in a task"
+        );
+        drop(walk);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while metrics.num_alive_tasks() > 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the walk's task outlived its listing"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
     }
 }
