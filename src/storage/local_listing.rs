@@ -98,20 +98,16 @@ async fn walk_ahead(
     cores: usize,
     tx: mpsc::Sender<Vec<object_store::Result<ObjectMeta>>>,
 ) {
-    loop {
-        let Ok(slot) = tx.reserve().await else {
+    while let Ok(slot) = tx.reserve().await {
+        let (next, metas) = match next_chunk(walk, cores).await {
+            Ok(chunk) => chunk,
+            Err(e) => return slot.send(vec![Err(e)]),
+        };
+        slot.send(metas);
+        let Some(next) = next else {
             return;
         };
-        match next_chunk(walk, cores).await {
-            Ok((next, metas)) => {
-                slot.send(metas);
-                match next {
-                    Some(next) => walk = next,
-                    None => return,
-                }
-            }
-            Err(e) => return slot.send(vec![Err(e)]),
-        }
+        walk = next;
     }
 }
 
