@@ -11,7 +11,8 @@
 //! pin is checked against the open file's own metadata (the etag object_store
 //! computes: inode, mtime in µs, size), so a file rewritten since it was
 //! listed is a `Changed` error, never bytes of another version; a file larger
-//! than the caller's limit is not read (`None`: take the streamed path).
+//! than the caller's limit is not read (`None`: take the streamed path); a
+//! file warmed ([`warm_pinned`]) is read to its end under the same pin.
 
 use std::fs::Metadata;
 use std::io::Read;
@@ -59,6 +60,32 @@ pub fn etag(meta: &Metadata) -> String {
 /// The whole of the file `key` names, of the version `pin` names, read in
 /// this thread; `Ok(None)` when it is larger than `limit` bytes.
 pub fn read_pinned(key: &Path, pin: &VersionPin, limit: u64) -> Result<Option<Bytes>, BoxError> {
+    let (mut file, size) = open_pinned(key, pin)?;
+    if size > limit {
+        return Ok(None);
+    }
+    let mut buf = Vec::with_capacity(size as usize);
+    // One byte past the size: a file that grew since the fstat is read whole
+    // rather than cut (its etag, checked above, was of this version).
+    (&mut file).take(limit + 1).read_to_end(&mut buf)?;
+    if buf.len() as u64 > limit {
+        return Ok(None);
+    }
+    Ok(Some(Bytes::from(buf)))
+}
+
+/// Reads the file `key` names, of the version `pin` names, to its end in
+/// this thread and keeps nothing: its pages are then in the page cache (a
+/// read ahead of a file too large to hold); the bytes read.
+pub fn warm_pinned(key: &Path, pin: &VersionPin) -> Result<u64, BoxError> {
+    let (mut file, _) = open_pinned(key, pin)?;
+    Ok(std::io::copy(&mut file, &mut std::io::sink())?)
+}
+
+/// The file `key` names, open, and its size, once its own metadata showed it
+/// is the version `pin` names (a directory is not found, as through
+/// `LocalFileSystem`).
+fn open_pinned(key: &Path, pin: &VersionPin) -> Result<(std::fs::File, u64), BoxError> {
     let path = fs_path(key).ok_or_else(|| format!("{key} is not a local path"))?;
     let not_found = |source: std::io::Error| -> BoxError {
         super::explain(object_store::Error::NotFound {
@@ -66,7 +93,7 @@ pub fn read_pinned(key: &Path, pin: &VersionPin, limit: u64) -> Result<Option<By
             source: Box::new(source),
         })
     };
-    let mut file = match std::fs::File::open(&path) {
+    let file = match std::fs::File::open(&path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(not_found(e)),
         Err(e) => return Err(Box::new(e)),
@@ -86,17 +113,7 @@ pub fn read_pinned(key: &Path, pin: &VersionPin, limit: u64) -> Result<Option<By
         version: None,
     };
     pin.check(&object)?;
-    if meta.len() > limit {
-        return Ok(None);
-    }
-    let mut buf = Vec::with_capacity(meta.len() as usize);
-    // One byte past the size: a file that grew since the fstat is read whole
-    // rather than cut (its etag, checked above, was of this version).
-    (&mut file).take(limit + 1).read_to_end(&mut buf)?;
-    if buf.len() as u64 > limit {
-        return Ok(None);
-    }
-    Ok(Some(Bytes::from(buf)))
+    Ok((file, meta.len()))
 }
 
 #[cfg(test)]
@@ -131,6 +148,9 @@ mod tests {
         std::fs::write(&path, b"hello, again").expect("rewrite");
         let err = read_pinned(&key, &pin, 1 << 20).expect_err("changed");
         assert!(err.to_string().contains("changed"), "{err}");
+        let err = warm_pinned(&key, &pin).expect_err("changed");
+        assert!(err.to_string().contains("changed"), "{err}");
+        assert_eq!(warm_pinned(&key, &pin_of(&path)).expect("warm"), 12);
         // Missing, and a directory, are not found.
         std::fs::remove_file(&path).expect("rm");
         let err = read_pinned(&key, &pin, 1 << 20).expect_err("missing");

@@ -15,7 +15,7 @@ use udfchain::{Chain, File, OnError, RunReport, Session, Settings, col};
 
 use crate::support::{
     CountingStore, Fault, FaultyStore, content, disk_bytes, no_prefetch_dirs_soon, prefetch_dirs,
-    put_files, write_files,
+    put_files, remote_view, write_files,
 };
 
 /// A session whose `memory://<name>` serves `n` files through a 20 ms-per-GET
@@ -200,8 +200,9 @@ async fn killed_child_worker() {
         return;
     };
     let data = std::env::var("UDFCHAIN_TEST_CHILD_DATA").expect("data dir");
-    let _ = Session::new()
-        .from_storage(&data)
+    // Downloaded to the temp dir (local files are read ahead, never copied).
+    let _ = remote_view(std::path::Path::new(&data), "child")
+        .from_storage("memory://child/")
         .settings(
             Settings::new()
                 .prefetch(2)
@@ -270,8 +271,8 @@ async fn temp_disk_use_stays_within_the_window() {
     let data = tempfile::tempdir().expect("data");
     write_files(data.path(), 24, |_| SIZE);
     let chain = len_udf(
-        Session::new()
-            .from_storage(&data.path().display().to_string())
+        remote_view(data.path(), "window")
+            .from_storage("memory://window/")
             .settings(
                 Settings::new()
                     .prefetch(PREFETCH)
@@ -689,6 +690,9 @@ fn temp_file_sizes(tmp: &std::path::Path) -> Vec<u64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn small_files_are_prefetched_into_memory_and_large_ones_to_disk() {
+    // Over a store the engine treats as remote, small files are held in
+    // memory and large ones downloaded to the temp dir; over the local file
+    // system the same files are read ahead and never copied to it.
     const SMALL: usize = 4096;
     const LARGE: usize = 200 * 1024;
     let root = tempfile::tempdir().expect("root");
@@ -703,74 +707,92 @@ async fn small_files_are_prefetched_into_memory_and_large_ones_to_disk() {
         .parallel(1)
         .memory_file_limit(64 * 1024)
         .root(root.path());
-
-    // Whole reads, range reads and seeks of every file match the original.
-    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let (flag, tmp) = (Arc::clone(&done), root.path().join("tmp"));
-    let sampler = tokio::spawn(async move {
-        let mut seen = std::collections::BTreeSet::new();
-        while !flag.load(std::sync::atomic::Ordering::SeqCst) {
-            seen.extend(temp_file_sizes(&tmp));
-            tokio::time::sleep(Duration::from_millis(1)).await;
+    let remote = remote_view(data.path(), "remote");
+    let local = data.path().display().to_string();
+    for (session, uri, remote_store) in [
+        (&remote, "memory://remote/", true),
+        (&Session::new(), local.as_str(), false),
+    ] {
+        // Whole reads, range reads and seeks of every file match the original.
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (flag, tmp) = (Arc::clone(&done), root.path().join("tmp"));
+        let sampler = tokio::spawn(async move {
+            let mut seen = std::collections::BTreeSet::new();
+            while !flag.load(std::sync::atomic::Ordering::SeqCst) {
+                seen.extend(temp_file_sizes(&tmp));
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            seen
+        });
+        #[derive(serde::Serialize, serde::Deserialize)]
+        struct Parts {
+            whole: Vec<u8>,
+            range: Vec<u8>,
+            sought: Vec<u8>,
         }
-        seen
-    });
-    #[derive(serde::Serialize, serde::Deserialize)]
-    struct Parts {
-        whole: Vec<u8>,
-        range: Vec<u8>,
-        sought: Vec<u8>,
-    }
-    #[derive(serde::Deserialize)]
-    struct Named {
-        path: String,
-    }
-    #[derive(serde::Deserialize)]
-    struct Row {
-        file: Named,
-        parts: Parts,
-    }
-    let rows: Vec<Row> = Session::new()
-        .from_storage(&data.path().display().to_string())
-        .settings(settings.clone())
-        .map("parts", |f: File| async move {
-            let whole = f.read().await?.to_vec();
-            let range = f.read_range(100..300).await?.to_vec();
-            let mut reader = f.open().await?;
-            reader.seek(std::io::SeekFrom::Start(1000)).await?;
-            let mut sought = vec![0u8; 50];
-            reader.read_exact(&mut sought).await?;
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(Parts {
-                whole,
-                range,
-                sought,
+        #[derive(serde::Deserialize)]
+        struct Named {
+            path: String,
+        }
+        #[derive(serde::Deserialize)]
+        struct Row {
+            file: Named,
+            parts: Parts,
+        }
+        let (batches, report) = session
+            .from_storage(uri)
+            .settings(settings.clone())
+            .map("parts", |f: File| async move {
+                let whole = f.read().await?.to_vec();
+                let range = f.read_range(100..300).await?.to_vec();
+                let mut reader = f.open().await?;
+                reader.seek(std::io::SeekFrom::Start(1000)).await?;
+                let mut sought = vec![0u8; 50];
+                reader.read_exact(&mut sought).await?;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                Ok::<_, Box<dyn std::error::Error + Send + Sync>>(Parts {
+                    whole,
+                    range,
+                    sought,
+                })
             })
-        })
-        .to_rows()
-        .await
-        .expect("run");
-    done.store(true, std::sync::atomic::Ordering::SeqCst);
-    let seen = sampler.await.expect("sampler");
-    assert_eq!(rows.len(), 12);
-    for Row { file, parts } in &rows {
-        let want = &expected[&file.path];
-        assert_eq!(&parts.whole, want, "{}", file.path);
-        assert_eq!(parts.range, want[100..300], "{}", file.path);
-        assert_eq!(parts.sought, want[1000..1050], "{}", file.path);
+            .collect_with_report()
+            .await
+            .expect("run");
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        let seen = sampler.await.expect("sampler");
+        let rows: Vec<Row> = batches
+            .iter()
+            .flat_map(|b| serde_arrow::from_record_batch::<Vec<Row>>(b).expect("rows"))
+            .collect();
+        assert_eq!(rows.len(), 12, "{uri}");
+        for Row { file, parts } in &rows {
+            let want = &expected[&file.path];
+            assert_eq!(&parts.whole, want, "{uri} {}", file.path);
+            assert_eq!(parts.range, want[100..300], "{uri} {}", file.path);
+            assert_eq!(parts.sought, want[1000..1050], "{uri} {}", file.path);
+        }
+        assert_eq!(report.metric("PrefetchExec", "files_fetched"), 12, "{uri}");
+        assert!(
+            !seen.contains(&(SMALL as u64)),
+            "{uri}: a small file was written to the temp dir: sizes seen {seen:?}"
+        );
+        if remote_store {
+            assert!(
+                seen.contains(&(LARGE as u64)),
+                "large files go to the temp dir: sizes seen {seen:?}"
+            );
+        } else {
+            assert!(
+                seen.is_empty(),
+                "local files were copied: sizes seen {seen:?}"
+            );
+        }
     }
-    assert!(
-        !seen.contains(&(SMALL as u64)),
-        "a small file was written to the temp dir: sizes seen {seen:?}"
-    );
-    assert!(
-        seen.contains(&(LARGE as u64)),
-        "large files go to the temp dir: sizes seen {seen:?}"
-    );
 
     // A UDF that wants a path gets one, also for a file held in memory.
-    let sums: Vec<(String, Vec<u8>)> = Session::new()
-        .from_storage(&data.path().display().to_string())
+    let sums: Vec<(String, Vec<u8>)> = remote
+        .from_storage("memory://remote/")
         .settings(settings)
         .map("bytes", |f: File| async move {
             let path = f.local_path().ok_or("no local path")?;

@@ -659,6 +659,19 @@ pub fn write_files(dir: &FsPath, n: usize, size: impl Fn(usize) -> usize) -> Vec
         .collect()
 }
 
+/// A session that serves the files under `dir` as `memory://<name>/`
+/// through a `LocalFileSystem` rooted at `dir`: files of this disk that the
+/// engine treats as remote (a store's reach is told by the store itself), so
+/// a fixed `prefetch` downloads them to its temp dir as a network object's.
+pub fn remote_view(dir: &FsPath, name: &str) -> Arc<Session> {
+    let store = object_store::local::LocalFileSystem::new_with_prefix(dir).expect("local store");
+    let session = Session::new();
+    session
+        .register_store(&format!("memory://{name}"), Arc::new(store))
+        .expect("register");
+    session
+}
+
 /// Puts the same files into an object store under `prefix`.
 pub async fn put_files(
     store: &dyn ObjectStore,

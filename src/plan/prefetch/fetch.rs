@@ -34,7 +34,10 @@ use crate::cache::{SharedCache, TempCache};
 use crate::error::Error;
 use crate::plan::skip_list::SkipList;
 use crate::settings::OnError;
-use crate::storage::{Body, Downloaded, download_bytes, download_first, download_to, stat};
+use crate::storage::{
+    Body, Downloaded, VersionPin, download_bytes, download_first, download_to, read_local_pinned,
+    stat, warm_pinned,
+};
 use crate::util::lock::lock;
 use crate::util::single_flight::SingleFlight;
 
@@ -162,6 +165,63 @@ impl Downloads {
         with_pinned(row, &self.file_cols, pinned)
             .map(Some)
             .map_err(Error::into_df)
+    }
+
+    /// Reads a run of local files ahead (a fixed `prefetch = N` over the
+    /// local file system) in one blocking-pool trip, one file after another,
+    /// within one slot of the connection cap: a file up to
+    /// `memory_file_limit` into memory, a larger one read through once (its
+    /// pages are then cached for the UDF's read in place; no temp copy of a
+    /// file that is already local). Every file holds one reference for its
+    /// row, as a download's copy does: its bytes, or a placeholder for a file
+    /// read through or failed. A failed read is not an error here: the UDF's
+    /// own read in place meets it and `on_error` applies there, as under
+    /// `prefetch = auto`, where nothing is read ahead.
+    pub(super) async fn read_ahead(self: &Arc<Self>, files: Vec<File>) -> DfResult<()> {
+        let _slot = self
+            .connections
+            .acquire()
+            .await
+            .map_err(|e| Error::internal(format!("connection slots: {e}")).into_df())?;
+        let now = self.active.fetch_add(1, Ordering::SeqCst) + 1;
+        self.metrics.peak_in_flight.set_max(now);
+        let me = Arc::clone(self);
+        let read = crate::runtime::blocking(move || {
+            for f in &files {
+                me.read_one_ahead(f);
+            }
+            Ok(())
+        })
+        .await;
+        self.active.fetch_sub(1, Ordering::SeqCst);
+        read.map_err(Error::into_df)
+    }
+
+    /// [`Self::read_ahead`] of one file, in the calling thread.
+    fn read_one_ahead(&self, file: &File) {
+        let pin = VersionPin::of(file);
+        let Ok((_, key)) = self.source.resolve(file) else {
+            return self.temp.hold_missing(file);
+        };
+        let read = match read_local_pinned(&key, &pin, self.memory_file_limit) {
+            Ok(Some(bytes)) => {
+                let n = bytes.len();
+                self.temp.insert_bytes(file, bytes);
+                Some(n)
+            }
+            Ok(None) => {
+                self.temp.hold_missing(file);
+                warm_pinned(&key, &pin).ok().map(|n| n as usize)
+            }
+            Err(_) => {
+                self.temp.hold_missing(file);
+                None
+            }
+        };
+        if let Some(n) = read {
+            self.metrics.files_fetched.add(1);
+            self.metrics.bytes_fetched.add(n);
+        }
     }
 
     /// Holds `parent` one extra time, releasing the previously pinned parent.

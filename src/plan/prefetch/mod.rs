@@ -27,7 +27,14 @@
 //!   false`, those of the local file system and of an in-memory store are
 //!   read by the UDF where they are (no copy, no download task; counted in
 //!   `files_in_place` and `bytes_in_place`): an input batch none of whose
-//!   rows has a file to fetch is handed on whole, in its turn;
+//!   rows has a file to fetch is handed on whole, in its turn; under a fixed
+//!   `prefetch = N` the local file system's are read ahead instead, never
+//!   copied: runs of up to 64 rows (or 4 MiB), each read in one
+//!   blocking-pool trip (at most N runs at once, each reading one file at a
+//!   time) and handed on whole; a file up to `memory_file_limit` is held in
+//!   memory, a larger one read through so the UDF finds it in the page
+//!   cache, and a read that fails is left to the UDF's own read (as under
+//!   `auto`, `on_error` applies there);
 //! - every download is a task aborted when the stream is dropped; the temp dir
 //!   (see `TempCache`) goes away with the stream;
 //! - a download that fails after retries fails the query naming the file
@@ -252,7 +259,11 @@ impl PrefetchExec {
             handoff,
             self.options.memo.clone(),
             stream::Direct {
-                local_files: matches!(self.options.prefetch, Prefetch::Auto) && !self.options.cache,
+                local: match (self.options.cache, self.options.prefetch) {
+                    (true, _) => stream::LocalMode::Fetched,
+                    (false, Prefetch::Auto) => stream::LocalMode::InPlace,
+                    (false, Prefetch::Fixed(_)) => stream::LocalMode::Ahead,
+                },
                 memory: !self.options.cache,
             },
         );

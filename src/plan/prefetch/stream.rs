@@ -233,8 +233,9 @@ pub(super) struct PrefetchStream {
     /// Whether `Downloads::prepare` ran (before the first row).
     pub(super) prepared: bool,
     pub(super) input_done: bool,
-    /// Rows not started yet, each with its files (decoded once per input batch).
-    pub(super) rows: VecDeque<(RecordBatch, Vec<File>)>,
+    /// Rows (or runs of local rows read ahead) not started yet, each with
+    /// its files (decoded once per input batch).
+    pub(super) rows: VecDeque<Pending>,
     /// The downloads in flight (never a finished one).
     pub(super) in_flight: FuturesUnordered<Fetch>,
     /// `ordered = true`: rows that finished before their turn.
@@ -300,7 +301,7 @@ impl PrefetchStream {
     /// have room.
     fn fill(&mut self) {
         while self.in_flight.len() < self.window {
-            let Some((_, files)) = self.rows.front() else {
+            let Some(Pending { files, .. }) = self.rows.front() else {
                 break;
             };
             // A virtual file is charged its parent, the object downloaded; a
@@ -325,10 +326,10 @@ impl PrefetchStream {
                 }
                 self.reservation.grow(bytes);
             }
-            let Some((row, files)) = self.rows.pop_front() else {
+            let Some(pending) = self.rows.pop_front() else {
                 break;
             };
-            self.start(row, files, bytes, (estimated, unsized_files));
+            self.start(pending, bytes, (estimated, unsized_files));
         }
     }
 
@@ -491,7 +492,24 @@ impl PrefetchStream {
             });
             return Ok(Needs::Nothing { files: n, bytes });
         }
-        Ok(Needs::Fetch(slices(b, 1).into_iter().zip(files).collect()))
+        if self.direct.local == LocalMode::Ahead
+            && files.iter().flatten().all(|f| {
+                f.size_known()
+                    && f.member().is_none()
+                    && source.reach(&f.source) == Reach::LocalFiles
+            })
+        {
+            return Ok(Needs::Fetch(runs_ahead(b, files)));
+        }
+        let rows = slices(b, 1).into_iter().zip(files);
+        Ok(Needs::Fetch(
+            rows.map(|(batch, files)| Pending {
+                batch,
+                files,
+                ahead: false,
+            })
+            .collect(),
+        ))
     }
 
     /// The count and listed bytes of the files of `b` when every one is
@@ -566,20 +584,28 @@ impl PrefetchStream {
 
     fn start(
         &mut self,
-        row: RecordBatch,
-        files: Vec<File>,
+        Pending {
+            batch,
+            files,
+            ahead,
+        }: Pending,
         bytes: usize,
         (estimated, unsized_files): (usize, usize),
     ) {
         let (seq, base) = (self.next_seq, self.next_row);
         self.next_seq += 1;
-        self.next_row += 1;
+        self.next_row += batch.num_rows() as u64;
         if let Some(r) = &mut self.reorder {
             r.started(seq, cost_of(bytes));
         }
         let downloads = Arc::clone(&self.downloads);
         let task = spawn_on(&tokio::runtime::Handle::current(), async move {
-            let (row, learned) = downloads.fetch_row(row, files).await;
+            let (row, learned) = if ahead {
+                let read = downloads.read_ahead(files).await;
+                (read.map(|()| Some(batch)), 0)
+            } else {
+                downloads.fetch_row(batch, files).await
+            };
             Fetched {
                 seq,
                 base,
@@ -597,31 +623,78 @@ impl PrefetchStream {
 /// Which files a `PrefetchExec` leaves where they are, for the UDF to read
 /// directly. An in-memory store's objects, at every `prefetch` (a fetch
 /// would only hand the same bytes across a task); the local file system's
-/// under `prefetch = auto` (a page-cached read costs less than the hand-off
-/// of a download), while a fixed `prefetch = N` fetches local files ahead, as
-/// asked (for network file systems and cold disks). With `cache = true`
-/// every file goes through the shared cache.
+/// as [`LocalMode`] says. With `cache = true` every file goes through the
+/// shared cache.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Direct {
-    pub(super) local_files: bool,
+    pub(super) local: LocalMode,
     pub(super) memory: bool,
+}
+
+/// What a `PrefetchExec` does with the files of the local file system.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum LocalMode {
+    /// `prefetch = auto`: read by the UDF where they are (a page-cached read
+    /// costs less than the hand-off of a download).
+    InPlace,
+    /// A fixed `prefetch = N`: read ahead, as asked (for network file systems
+    /// and cold disks), in runs of rows (see [`runs_ahead`]), then read by
+    /// the UDF where they are or from the bytes read ahead; never copied.
+    Ahead,
+    /// `cache = true`: fetched into the shared cache as any file.
+    Fetched,
 }
 
 impl Direct {
     /// Whether the files of `source` (a `File::source`) are read where they are.
     fn reads(&self, source: &str, stores: &StoreSource) -> bool {
         match stores.reach(source) {
-            Reach::LocalFiles => self.local_files,
+            Reach::LocalFiles => self.local == LocalMode::InPlace,
             Reach::Memory => self.memory,
             Reach::Network => false,
         }
     }
 }
 
+/// A run of local rows read ahead holds at most this many rows ...
+const RUN_ROWS: usize = 64;
+/// ... and ends at the row whose files bring it to this many bytes: one
+/// blocking-pool trip and one batch to the UDF per run instead of per row.
+const RUN_BYTES: u64 = 4 << 20;
+
+/// `b` cut into runs of rows to read ahead (see [`RUN_ROWS`], at least one
+/// row each), each with the files of its rows.
+fn runs_ahead(b: &RecordBatch, files: Vec<Vec<File>>) -> Vec<Pending> {
+    let mut runs = Vec::new();
+    let (mut start, mut run, mut bytes) = (0, Vec::new(), 0u64);
+    for (row, row_files) in files.into_iter().enumerate() {
+        bytes += row_files.iter().map(|f| f.size).sum::<u64>();
+        run.extend(row_files);
+        if row + 1 - start == RUN_ROWS || bytes >= RUN_BYTES || row + 1 == b.num_rows() {
+            runs.push(Pending {
+                batch: b.slice(start, row + 1 - start),
+                files: std::mem::take(&mut run),
+                ahead: true,
+            });
+            (start, bytes) = (row + 1, 0);
+        }
+    }
+    runs
+}
+
+/// Rows not started yet: one row to fetch, or a run of local rows to read
+/// ahead (`ahead`), with the files of its rows.
+pub(super) struct Pending {
+    batch: RecordBatch,
+    files: Vec<File>,
+    ahead: bool,
+}
+
 /// What an input batch needs from the prefetch.
 enum Needs {
-    /// Its rows, one-row batches, each with the files to fetch for it.
-    Fetch(Vec<(RecordBatch, Vec<File>)>),
+    /// Its rows (one-row batches, or runs read ahead), each with the files
+    /// to fetch for it.
+    Fetch(Vec<Pending>),
     /// Nothing: its `files` files (of `bytes` bytes) are read where they are.
     Nothing { files: usize, bytes: usize },
 }
