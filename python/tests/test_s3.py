@@ -6,7 +6,7 @@ import os
 import pytest
 
 import udfchain as uc
-from conftest import sha
+from conftest import sha, temp_dirs
 
 moto_server = pytest.importorskip("moto.server", reason="pip install 'moto[server]' (the test extra)")
 boto3 = pytest.importorskip("boto3")
@@ -62,3 +62,32 @@ def test_ranged_open_over_s3(s3, monkeypatch):
     c = uc.read_storage("s3://imgs/a/").settings(storage=storage(endpoint), prefetch=0)
     got = c.map(t=tail).collect("file", "t")
     assert {f"a/{f.path}": t for f, t in got} == {k: v[-16:] for k, v in data.items()}
+
+
+def test_local_path_of_a_remote_file_lives_for_its_row(s3, monkeypatch, root):
+    monkeypatch.setenv("AWS_METADATA_ENDPOINT", "http://127.0.0.1:1")
+    endpoint, data = s3
+    seen = {}
+
+    def probe(file: uc.File) -> str:
+        path = file.get_local_path()
+        with open(path, "rb") as f:
+            assert f.read() == data[f"a/{file.path}"]
+        seen[file.path] = path
+        return sha(open(path, "rb").read())
+
+    c = uc.read_storage("s3://imgs/a/").settings(storage=storage(endpoint), cache=False)
+    # On disk in the UDF's temp dir (memory_file_limit=0), or held in memory and
+    # written out when asked: either way a copy under the root, gone after its
+    # row, the temp dir gone after the run.
+    for limit in (0, 1 << 20):
+        seen.clear()
+        got = c.settings(prefetch=3, memory_file_limit=limit).map(h=probe).collect("file", "h")
+        assert {f"a/{f.path}": h for f, h in got} == {k: sha(v) for k, v in data.items()}
+        assert len(seen) == len(data)
+        assert all(p.startswith(str(root)) for p in seen.values()), seen
+        assert not any(os.path.exists(p) for p in seen.values())
+        assert temp_dirs(root) == []
+    # Without prefetch and cache a remote file has no copy.
+    with pytest.raises(uc.UdfchainError, match="no local copy"):
+        c.settings(prefetch=0).map(p=probe).collect()

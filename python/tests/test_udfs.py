@@ -1,5 +1,5 @@
-"""Python UDFs inside the engine: every kind, every File method, the local
-copy's lifetime, every on_error policy."""
+"""Python UDFs inside the engine: every kind, every File method, a local
+file's own path, every on_error policy (a remote copy's lifetime: test_s3)."""
 
 import os
 from typing import Iterator
@@ -35,7 +35,7 @@ def test_map_without_prefetch_reads_the_store(files):
     assert {f.path: b for f, b in got.items()} == {k: v[3:8] + v[-2:] for k, v in data.items()}
 
 
-def test_file_methods_and_local_path_lifetime(files, root):
+def test_file_methods_and_a_local_files_own_path(files, root):
     d, data = files
     seen = {}
 
@@ -54,34 +54,15 @@ def test_file_methods_and_local_path_lifetime(files, root):
         seen[file.path] = path
         return path
 
-    # memory_file_limit=0: every prefetched file is on disk in the UDF's temp dir.
-    c = uc.read_storage(str(d)).settings(prefetch=3, cache=False, memory_file_limit=0).map(p=probe)
-    assert c.count() == len(data)
-    assert len(seen) == len(data)
-    # Without cache the copies are gone after their rows, the temp dir after the run.
-    assert not any(os.path.exists(p) for p in seen.values())
-    assert temp_dirs(root) == []
-
-
-def test_local_path_held_in_memory_is_written_out(files):
-    d, data = files
-
-    def via_path(file: uc.File) -> str:
-        with open(file.get_local_path(), "rb") as f:
-            return sha(f.read())
-
-    got = uc.read_storage(str(d)).settings(prefetch=2).map(h=via_path).collect("file", "h")
-    assert {f.path: h for f, h in got} == {k: sha(v) for k, v in data.items()}
-
-
-def test_no_local_copy_without_prefetch(files):
-    d, _ = files
-
-    def path(file: uc.File) -> str:
-        return file.get_local_path()
-
-    with pytest.raises(uc.UdfchainError, match="no local copy"):
-        uc.read_storage(str(d)).settings(prefetch=0).map(p=path).collect()
+    # A local directory's file is its own path, whatever holds it ahead (memory,
+    # or the temp dir at memory_file_limit=0): never copied, never deleted.
+    for settings in (dict(prefetch=3, memory_file_limit=0), dict(prefetch=3), dict(prefetch=0)):
+        seen.clear()
+        c = uc.read_storage(str(d)).settings(cache=False, **settings).map(p=probe)
+        assert c.count() == len(data)
+        assert seen == {k: str(d / k) for k in data}, settings
+        assert all((d / k).read_bytes() == v for k, v in data.items())
+        assert temp_dirs(root) == []
 
 
 def test_file_outside_a_call_does_not_read(files):

@@ -4,9 +4,9 @@ Guarantees: `read()`, `read_text()`, `open()` and `get_local_path()` go
 through the engine's source for the running call (a prefetched copy, the
 shared cache or the store) and release the GIL while they wait. `open()` is a
 seekable binary file: the local copy when there is one, else ranged reads of
-the store (a header costs about a header's bytes). `get_local_path()` is
-valid during the call only; without `cache=True` the copy is deleted after
-the row. Outside a UDF call (a File from `collect()`), reads raise.
+the store (a header costs about a header's bytes). `get_local_path()` of a
+local directory's file is the file itself; of a remote file, a copy valid
+during the call only (without `cache=True` deleted after the row). Outside a UDF call (a File from `collect()`), reads raise.
 """
 
 from __future__ import annotations
@@ -89,7 +89,8 @@ class File:
         return self.read().decode(encoding)
 
     def get_local_path(self) -> str:
-        """The path of the prefetched (or cached) local copy, valid for this call."""
+        """A path on local disk: a local directory's file itself, else the
+        prefetched (or cached) copy, valid for this call."""
         path = self._reader().local_path(self._fields())
         if path is None:
             raise RuntimeError(

@@ -18,7 +18,9 @@
 //! `File::open` reader never mix two versions of a rewritten object. A file
 //! named by URL whose size is not known yet (no prefetch in front of the UDF)
 //! learns it from its local copy, else from a HEAD, before a range read; a
-//! `File` that `file_from_url` could not parse fails each read with why.
+//! `File` that `file_from_url` could not parse fails each read with why. A
+//! file of the local file system store is its own local copy: `local_path`
+//! names it in place, never a copy made to give a UDF a path.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
@@ -35,7 +37,9 @@ use udfchain_udfs::{File, FileSource, UdfError};
 use super::SharedCache;
 use crate::runtime::spawn_on;
 use crate::storage::VersionPin;
-use crate::storage::{INLINE_READ_MAX, Location, download_to, open_store, read_local_pinned};
+use crate::storage::{
+    INLINE_READ_MAX, Location, download_to, local_fs_path, open_store, read_local_pinned,
+};
 use crate::util::lock::lock;
 
 /// Where local copies of files may be found (prefetch temp dirs, the shared cache).
@@ -325,6 +329,14 @@ impl FileSource for StoreSource {
         // A local copy of a virtual file's parent is not a copy of the file.
         if file.member().is_some() {
             return None;
+        }
+        // A file of the local file system is its own local copy: it is named
+        // in place, never copied to give a UDF a path (a fixed prefetch reads
+        // such files ahead into memory, not to the temp dir).
+        if let Ok((_, path, Reach::LocalFiles)) = self.lookup(file)
+            && let Some(p) = local_fs_path(&path).filter(|p| p.is_file())
+        {
+            return Some(p);
         }
         self.copies()?.local_path(file)
     }

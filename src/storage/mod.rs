@@ -33,6 +33,8 @@ pub use download::{
 };
 pub use explain::{explain, explain_at};
 pub use listing::{ListingExec, StorageTable, file_schema};
-pub use local_file::{INLINE_READ_MAX, read_pinned as read_local_pinned, warm_pinned};
+pub use local_file::{
+    INLINE_READ_MAX, fs_path as local_fs_path, read_pinned as read_local_pinned, warm_pinned,
+};
 pub use location::{Location, missing_path};
 pub use open::{open_source, open_store};

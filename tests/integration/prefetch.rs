@@ -790,21 +790,33 @@ async fn small_files_are_prefetched_into_memory_and_large_ones_to_disk() {
         }
     }
 
-    // A UDF that wants a path gets one, also for a file held in memory.
-    let sums: Vec<(String, Vec<u8>)> = remote
-        .from_storage("memory://remote/")
-        .settings(settings)
-        .map("bytes", |f: File| async move {
-            let path = f.local_path().ok_or("no local path")?;
-            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(std::fs::read(path)?)
-        })
-        .select([col("file.path").alias("path"), col("bytes")])
-        .to_rows()
-        .await
-        .expect("run");
-    assert_eq!(sums.len(), 12);
-    for (path, bytes) in &sums {
-        assert_eq!(bytes, &expected[path], "{path}");
+    // A UDF that wants a path gets one, also for a file held in memory; a
+    // local file's path is the file itself (it is never copied).
+    for (session, uri, in_place) in [
+        (&remote, "memory://remote/", false),
+        (&Session::new(), local.as_str(), true),
+    ] {
+        let sums: Vec<(String, String, Vec<u8>)> = session
+            .from_storage(uri)
+            .settings(settings.clone())
+            .map("at", |f: File| async move {
+                let path = f.local_path().ok_or("no local path")?;
+                Ok::<_, Box<dyn std::error::Error + Send + Sync>>(path.display().to_string())
+            })
+            .map("bytes", |f: File| async move {
+                let path = f.local_path().ok_or("no local path")?;
+                Ok::<_, Box<dyn std::error::Error + Send + Sync>>(std::fs::read(path)?)
+            })
+            .select([col("file.path").alias("path"), col("at"), col("bytes")])
+            .to_rows()
+            .await
+            .expect("run");
+        assert_eq!(sums.len(), 12, "{uri}");
+        for (path, at, bytes) in &sums {
+            assert_eq!(bytes, &expected[path], "{uri} {path}");
+            let own = data.path().join(path).display().to_string();
+            assert_eq!(at == &own, in_place, "{uri} {path}: local path {at}");
+        }
     }
     assert!(prefetch_dirs(root.path()).is_empty(), "temp dirs removed");
 }

@@ -167,7 +167,8 @@ impl File {
         })
     }
 
-    /// The local path of a copy the engine already holds (prefetched or cached).
+    /// A path on local disk holding the object's bytes: a local directory's
+    /// file itself, else a copy the engine already holds (prefetched or cached).
     pub fn local_path(&self) -> Option<PathBuf> {
         current_source().ok()?.local_path(self)
     }
