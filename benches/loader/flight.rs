@@ -168,7 +168,14 @@ fn python() -> PathBuf {
 fn python_best(args: &[String], rounds: usize, rows: usize) -> Result<f64, String> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/loader/flight.py");
     let py = python();
-    let out = Command::new(&py)
+    let mut cmd = Command::new(&py);
+    // numpy's OpenBLAS threads spin in every pyarrow process that imports it
+    // (~20% of a client's samples here), the reference's as much as ours: one
+    // thread unless the caller chose, so both sides measure Flight, not BLAS.
+    if std::env::var_os("OPENBLAS_NUM_THREADS").is_none() {
+        cmd.env("OPENBLAS_NUM_THREADS", "1");
+    }
+    let out = cmd
         .arg(&script)
         .args(args)
         .args(["--rounds", &(rounds + 1).to_string()])
