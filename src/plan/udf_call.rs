@@ -19,7 +19,7 @@ use datafusion::arrow::datatypes::{Field, Schema};
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::TaskContext;
 use tokio::sync::Semaphore;
-use udfchain_udfs::{CallError, File, FileSource, decode_column, with_file_source};
+use udfchain_udfs::{CallError, File, FileSource, with_file_source};
 
 use super::memo::Memo;
 use super::skip_list::SkipList;
@@ -337,7 +337,7 @@ impl UdfCall {
             return;
         };
         for &c in &self.file_params {
-            if let Ok(files) = decode_column::<Option<File>>(batch.column(c)) {
+            if let Ok(files) = File::decode_array(batch.column(c)) {
                 for f in files.into_iter().flatten() {
                     local.release(&f);
                 }
@@ -351,7 +351,7 @@ impl UdfCall {
         if row >= col.len() {
             return None;
         }
-        let files: Vec<Option<File>> = decode_column(&col.slice(row, 1)).ok()?;
+        let files = File::decode_array(&col.slice(row, 1)).ok()?;
         files.into_iter().next().flatten().map(|f| f.url())
     }
 }

@@ -15,7 +15,10 @@ use std::task::{Context, Poll, ready};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use datafusion::arrow::datatypes::{DataType, Field, Fields, TimeUnit};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, StringArray};
+use datafusion::arrow::datatypes::{
+    DataType, Field, Fields, TimeUnit, TimestampMillisecondType, UInt64Type,
+};
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncSeek, ReadBuf};
@@ -66,6 +69,54 @@ impl File {
             ),
             Field::new("location", DataType::Utf8, true),
         ])
+    }
+
+    /// The `File`s of a `file` struct column (`None` for a null row), as
+    /// [`decode_column`](crate::decode_column) gives them: read straight off
+    /// the child arrays when they have [`File::fields`]' types (no serde per
+    /// field; the engine decodes File columns on its per-file paths), else
+    /// through serde_arrow, which takes any layout it can convert (view
+    /// strings read back from Parquet, say) and says what it cannot.
+    pub fn decode_array(array: &ArrayRef) -> Result<Vec<Option<File>>, UdfError> {
+        match Self::decode_plain(array) {
+            Some(files) => Ok(files),
+            None => crate::decode_column(array),
+        }
+    }
+
+    /// [`File::decode_array`] of a column laid out as [`File::fields`];
+    /// `None` for any other layout, or a required field null in a valid row.
+    fn decode_plain(array: &ArrayRef) -> Option<Vec<Option<File>>> {
+        if !Self::is_file_type(array.data_type()) {
+            return None;
+        }
+        let s = array.as_struct_opt()?;
+        let text = |i: usize| s.column(i).as_string_opt::<i32>();
+        let (source, path, version, etag) = (text(0)?, text(1)?, text(3)?, text(4)?);
+        let location = text(6)?;
+        let size = s.column(2).as_primitive_opt::<UInt64Type>()?;
+        let modified = s.column(5).as_primitive_opt::<TimestampMillisecondType>()?;
+        let opt = |a: &StringArray, i: usize| a.is_valid(i).then(|| a.value(i).to_string());
+        let mut files = Vec::with_capacity(s.len());
+        for i in 0..s.len() {
+            if s.is_null(i) {
+                files.push(None);
+                continue;
+            }
+            if source.is_null(i) || path.is_null(i) || size.is_null(i) {
+                return None;
+            }
+            files.push(Some(File {
+                source: source.value(i).to_string(),
+                path: path.value(i).to_string(),
+                size: size.value(i),
+                version: opt(version, i),
+                etag: opt(etag, i),
+                last_modified: modified.is_valid(i).then(|| modified.value(i)),
+                location: opt(location, i),
+            }));
+        }
+        Some(files)
     }
 
     /// The Arrow type of a `File` value.
@@ -380,5 +431,92 @@ impl RemoteReader {
         })?;
         self.pending = None;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::StructArray;
+    use datafusion::arrow::compute::cast;
+    use proptest::prelude::*;
+
+    fn column(files: &[Option<File>]) -> ArrayRef {
+        let field = Field::new("file", File::data_type(), true);
+        crate::encode_column(&field, files).expect("encode")
+    }
+
+    fn file() -> impl Strategy<Value = Option<File>> {
+        let text = "[a-z/#% \u{e9}\u{1F600}]{0,12}";
+        let opt = proptest::option::of(text);
+        proptest::option::weighted(
+            0.9,
+            (text, text, any::<u64>(), opt.clone(), opt.clone()).prop_flat_map(
+                move |(source, path, size, version, etag)| {
+                    (proptest::option::of(any::<i64>()), opt.clone()).prop_map(
+                        move |(last_modified, location)| File {
+                            source: source.clone(),
+                            path: path.clone(),
+                            size,
+                            version: version.clone(),
+                            etag: etag.clone(),
+                            last_modified,
+                            location,
+                        },
+                    )
+                },
+            ),
+        )
+    }
+
+    proptest! {
+        /// The direct read gives what serde_arrow gives, for any Files and
+        /// null rows, whole or sliced.
+        #[test]
+        fn decode_array_is_decode_column(files in proptest::collection::vec(file(), 0..20), cut in 0usize..4) {
+            let array = column(&files);
+            prop_assert!(File::decode_plain(&array).is_some());
+            let direct = File::decode_array(&array).expect("direct");
+            prop_assert_eq!(&direct, &crate::decode_column::<Option<File>>(&array).expect("serde"));
+            prop_assert_eq!(&direct, &files);
+            let start = cut.min(files.len());
+            let sliced = array.slice(start, files.len() - start);
+            prop_assert_eq!(File::decode_array(&sliced).expect("sliced"), files[start..].to_vec());
+        }
+    }
+
+    /// Another layout of the same fields (view strings, as Parquet may give
+    /// back) is read through serde_arrow, with the same result.
+    #[test]
+    fn other_layouts_fall_back_to_serde() {
+        let files = vec![
+            Some(File {
+                source: "s3://b/p".into(),
+                path: "a#b.txt".into(),
+                size: 3,
+                etag: Some("\"e\"".into()),
+                ..File::default()
+            }),
+            None,
+        ];
+        let array = column(&files);
+        let s = array.as_struct();
+        let viewed: Vec<ArrayRef> = s
+            .columns()
+            .iter()
+            .map(|c| match c.data_type() {
+                DataType::Utf8 => cast(c, &DataType::Utf8View).expect("view"),
+                _ => Arc::clone(c),
+            })
+            .collect();
+        let fields: Fields = s
+            .fields()
+            .iter()
+            .zip(&viewed)
+            .map(|(f, c)| Field::new(f.name(), c.data_type().clone(), f.is_nullable()))
+            .collect();
+        let other: ArrayRef = Arc::new(StructArray::new(fields, viewed, s.nulls().cloned()));
+        assert!(File::decode_plain(&other).is_none());
+        assert_eq!(File::decode_array(&other).expect("serde"), files);
     }
 }

@@ -24,7 +24,7 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::error::Result as DfResult;
 use datafusion::physical_plan::metrics::{Count, Gauge, Time};
 use tokio::sync::Semaphore;
-use udfchain_udfs::{File, decode_column, encode_column};
+use udfchain_udfs::{File, encode_column};
 
 use super::window::RoundTrip;
 use super::window_pins::WindowPins;
@@ -426,7 +426,7 @@ fn with_pinned(row: RecordBatch, cols: &[usize], pinned: &[File]) -> Result<Reco
     let mut columns = row.columns().to_vec();
     let convert = |e: udfchain_udfs::UdfError| Error::internal(format!("a File column: {e}"));
     for &c in cols {
-        let mut files: Vec<Option<File>> = decode_column(&columns[c]).map_err(convert)?;
+        let mut files = File::decode_array(&columns[c]).map_err(convert)?;
         let mut changed = false;
         for f in files.iter_mut().flatten() {
             if f.size_known() {

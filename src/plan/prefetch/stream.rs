@@ -46,7 +46,7 @@ use datafusion::execution::memory_pool::MemoryReservation;
 use datafusion::physical_plan::metrics::Gauge;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use udfchain_udfs::{File, decode_column};
+use udfchain_udfs::File;
 
 use super::fetch::Downloads;
 use super::handoff::Handoff;
@@ -704,7 +704,7 @@ enum Needs {
 fn files_by_row(batch: &RecordBatch, file_cols: &[usize]) -> DfResult<Vec<Vec<File>>> {
     let mut rows: Vec<Vec<File>> = vec![Vec::with_capacity(file_cols.len()); batch.num_rows()];
     for &c in file_cols {
-        let files: Vec<Option<File>> = decode_column(batch.column(c)).map_err(|e| {
+        let files = File::decode_array(batch.column(c)).map_err(|e| {
             Error::internal(format!("a File column the planner checked: {e}")).into_df()
         })?;
         for (row, f) in rows.iter_mut().zip(files) {
