@@ -84,18 +84,17 @@ impl File {
         }
     }
 
-    /// [`File::decode_array`] of a column laid out as [`File::fields`];
+    /// [`File::decode_array`] of a column whose fields have [`File::fields`]'
+    /// types (found by name, as the prefetch's `all_in_place` reads them);
     /// `None` for any other layout, or a required field null in a valid row.
     fn decode_plain(array: &ArrayRef) -> Option<Vec<Option<File>>> {
-        if !Self::is_file_type(array.data_type()) {
-            return None;
-        }
         let s = array.as_struct_opt()?;
-        let text = |i: usize| s.column(i).as_string_opt::<i32>();
-        let (source, path, version, etag) = (text(0)?, text(1)?, text(3)?, text(4)?);
-        let location = text(6)?;
-        let size = s.column(2).as_primitive_opt::<UInt64Type>()?;
-        let modified = s.column(5).as_primitive_opt::<TimestampMillisecondType>()?;
+        let field = |name: &str| s.column_by_name(name);
+        let text = |name: &str| field(name)?.as_string_opt::<i32>();
+        let (source, path, location) = (text("source")?, text("path")?, text("location")?);
+        let (version, etag) = (text("version")?, text("etag")?);
+        let size = field("size")?.as_primitive_opt::<UInt64Type>()?;
+        let modified = field("last_modified")?.as_primitive_opt::<TimestampMillisecondType>()?;
         let opt = |a: &StringArray, i: usize| a.is_valid(i).then(|| a.value(i).to_string());
         let mut files = Vec::with_capacity(s.len());
         for i in 0..s.len() {
