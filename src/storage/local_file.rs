@@ -33,7 +33,34 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub const INLINE_READ_MAX: u64 = 4 << 20;
 
 /// The file `key` names in `LocalFileSystem::new()`'s key space.
+///
+/// A key of plain parts (see [`plain_key`]) is the path itself under `/`;
+/// any other goes through the URL `LocalFileSystem` builds (percent-encoded
+/// parts, then decoded), which is about a third of a page-cached small
+/// file's whole read, so plain keys, which are most, skip it.
 pub fn fs_path(key: &Path) -> Option<PathBuf> {
+    if cfg!(unix) && plain_key(key.as_ref()) {
+        return Some(PathBuf::from(format!("/{key}")));
+    }
+    url_fs_path(key)
+}
+
+/// Whether `key` maps to `/` + `key` byte for byte through the URL: no
+/// part empty, `.` or `..` (the URL drops them), no tab or newline (the URL
+/// drops them), no `:` or `|` (the URL reads Windows drive letters by
+/// them). Every other character, `%` too, the URL encodes and decodes back
+/// to itself.
+fn plain_key(key: &str) -> bool {
+    !key.is_empty()
+        && !key
+            .bytes()
+            .any(|b| matches!(b, b'\t' | b'\n' | b'\r' | b':' | b'|'))
+        && key.split('/').all(|part| !matches!(part, "" | "." | ".."))
+}
+
+/// [`fs_path`] by `LocalFileSystem`'s own way: the key's parts as a
+/// `file:` URL's segments, converted to a path.
+fn url_fs_path(key: &Path) -> Option<PathBuf> {
     let mut url = url::Url::parse("file:///").ok()?;
     url.path_segments_mut()
         .ok()?
@@ -127,6 +154,40 @@ mod tests {
             ..Default::default()
         };
         VersionPin::of(&file)
+    }
+
+    /// Characters that the URL treats specially, and plain ones.
+    const ODD: &[char] = &[
+        'a', 'é', ' ', '%', '2', 'e', '.', ':', '|', '\t', '\n', '\r', '#', '?', '\\', 'C', '/',
+    ];
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+        /// The plain-key shortcut names the file `LocalFileSystem`'s URL
+        /// conversion names, for keys of any characters.
+        #[test]
+        fn fs_path_is_the_urls_path(chars in proptest::collection::vec(proptest::sample::select(ODD), 0..12)) {
+            let raw: String = chars.into_iter().collect();
+            // Keys as object_store makes them: parsed, and from parts.
+            let parsed = Path::parse(&raw).ok();
+            let parts = Path::from_iter(raw.split('/').filter(|p| !p.is_empty()));
+            for key in parsed.into_iter().chain([parts]) {
+                proptest::prop_assert_eq!(fs_path(&key), url_fs_path(&key), "key {:?}", key.as_ref());
+            }
+        }
+    }
+
+    #[test]
+    fn plain_keys_skip_the_url_and_others_do_not() {
+        assert!(plain_key("tmp/a b/é#?%2e%2e.txt"));
+        for odd in ["", "a//b", "a/./b", "a/..", "c:", "a|b", "a\tb", "a\nb"] {
+            assert!(!plain_key(odd), "{odd:?}");
+        }
+        // Keys whose path is not `/` + key: the URL's way is kept.
+        for (key, path) in [("a/C:", "/a/C:/"), ("x|", "/x:/"), ("a/b:", "/a/b:/")] {
+            let key = Path::parse(key).expect("key");
+            assert_eq!(fs_path(&key), Some(PathBuf::from(path)), "{key:?}");
+        }
     }
 
     #[test]
