@@ -20,6 +20,7 @@
 
 use std::collections::HashMap;
 use std::collections::HashSet;
+use std::collections::hash_map::Entry as Slot;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -137,23 +138,22 @@ impl TempCache {
 
     fn hold(&self, file: &File, copy: TempCopy) {
         let mut entries = lock(&self.entries);
-        match entries.get_mut(&file_key(file)) {
-            Some(e) if matches!(e.copy, TempCopy::Missing) => {
-                // Rows whose download failed wait on it: the copy is theirs too.
+        match entries.entry(file_key(file)) {
+            Slot::Occupied(mut held) => {
+                let e = held.get_mut();
                 e.refs += 1;
-                e.copy = copy;
-            }
-            Some(e) => {
-                // Already held (the same file in two rows of the window): keep one copy.
-                e.refs += 1;
-                if let (TempCopy::Disk(new), TempCopy::Disk(old)) = (&copy, &e.copy)
-                    && new != old
-                {
-                    let _ = std::fs::remove_file(new);
+                match (&copy, &e.copy) {
+                    // Rows whose download failed wait on it: the copy is theirs too.
+                    (_, TempCopy::Missing) => e.copy = copy,
+                    // Already held (the same file in two rows of the window): keep one copy.
+                    (TempCopy::Disk(new), TempCopy::Disk(old)) if new != old => {
+                        let _ = std::fs::remove_file(new);
+                    }
+                    _ => {}
                 }
             }
-            None => {
-                entries.insert(file_key(file), Entry { copy, refs: 1 });
+            Slot::Vacant(slot) => {
+                slot.insert(Entry { copy, refs: 1 });
             }
         }
     }

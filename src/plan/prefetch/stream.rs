@@ -51,7 +51,7 @@ use udfchain_udfs::File;
 use super::fetch::Downloads;
 use super::handoff::Handoff;
 use super::window::AutoWindow;
-use crate::cache::{Reach, StoreSource};
+use crate::cache::Reach;
 use crate::error::Error;
 use crate::plan::batches::slices;
 use crate::plan::memo::Memo;
@@ -480,25 +480,31 @@ impl PrefetchStream {
                 }
             }
         }
+        // One pass over the files: whether all are read where they are, or
+        // all are local files to read ahead; a batch's files mostly share one
+        // source, whose reach is looked up once.
         let source = &self.downloads.source;
-        if files
-            .iter()
-            .flatten()
-            .all(|f| self.direct.reads(&f.source, source))
-        {
-            let (n, bytes) = files.iter().flatten().fold((0, 0), |(n, bytes), f| {
-                let size = if f.size_known() { f.size as usize } else { 0 };
-                (n + 1, bytes + size)
-            });
+        let (mut direct, mut ahead) = (true, self.direct.local == LocalMode::Ahead);
+        let (mut n, mut bytes) = (0, 0);
+        let mut last: Option<(&str, Reach)> = None;
+        for f in files.iter().flatten() {
+            let reach = match last {
+                Some((seen, reach)) if seen == f.source => reach,
+                _ => {
+                    let reach = source.reach(&f.source);
+                    last = Some((&f.source, reach));
+                    reach
+                }
+            };
+            direct &= self.direct.reads(reach);
+            ahead &= f.size_known() && f.member().is_none() && reach == Reach::LocalFiles;
+            n += 1;
+            bytes += if f.size_known() { f.size as usize } else { 0 };
+        }
+        if direct {
             return Ok(Needs::Nothing { files: n, bytes });
         }
-        if self.direct.local == LocalMode::Ahead
-            && files.iter().flatten().all(|f| {
-                f.size_known()
-                    && f.member().is_none()
-                    && source.reach(&f.source) == Reach::LocalFiles
-            })
-        {
+        if ahead {
             return Ok(Needs::Fetch(runs_ahead(b, files)));
         }
         let rows = slices(b, 1).into_iter().zip(files);
@@ -531,7 +537,7 @@ impl PrefetchStream {
                 let reads = match last {
                     Some((seen, reads)) if seen == source => reads,
                     _ => {
-                        let reads = self.direct.reads(source, &self.downloads.source);
+                        let reads = self.direct.reads(self.downloads.source.reach(source));
                         last = Some((source, reads));
                         reads
                     }
@@ -646,9 +652,9 @@ pub(super) enum LocalMode {
 }
 
 impl Direct {
-    /// Whether the files of `source` (a `File::source`) are read where they are.
-    fn reads(&self, source: &str, stores: &StoreSource) -> bool {
-        match stores.reach(source) {
+    /// Whether files kept where `reach` says are read where they are.
+    fn reads(&self, reach: Reach) -> bool {
+        match reach {
             Reach::LocalFiles => self.local == LocalMode::InPlace,
             Reach::Memory => self.memory,
             Reach::Network => false,
