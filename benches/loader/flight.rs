@@ -7,9 +7,7 @@
 //! Runs, all `kind = "flight"`, one `peer` each:
 //! - `udfchain->rust`: with the server's default read-ahead of 2 (Parquet
 //!   decoding overlapped with sending), and with every partition read ahead
-//!   before the clock starts (`prefetch_partitions` = all: the transport
-//!   alone), once in the server's default messages (2 MiB) and once in
-//!   messages of up to 16 MiB (a partition whole, as pyarrow's server sends it);
+//!   before the clock starts (`prefetch_partitions` = all: the transport alone);
 //! - `udfchain->pyarrow`: `flight.py client` (pyarrow's client, default
 //!   options) reading the same server, every partition read ahead first, once
 //!   with the server's default messages (2 MiB) and once asking for messages
@@ -24,8 +22,8 @@
 //! bytes (as the server holds them, the same number for every peer) / wall
 //! time from the first `do_get` to the last batch. `ratio_to_reference` = MB/s
 //! / pyarrow->pyarrow MB/s of the same run; targets (reported, not asserted):
-//! udfchain->rust >= 1.0 (both message sizes) and udfchain->pyarrow (16 MiB
-//! messages) >= 0.9 with every partition read ahead. `ipc_mb_per_s`/`ratio_to_bound`: the same bytes
+//! udfchain->rust >= 1.0 and udfchain->pyarrow (16 MiB messages) >= 0.9 with
+//! every partition read ahead. `ipc_mb_per_s`/`ratio_to_bound`: the same bytes
 //! decoded from a `Vec<u8>` of Arrow IPC. Python is `$UDFCHAIN_PYTHON`, else
 //! `~/.cache/udfchain-venv/bin/python`; without pyarrow the pyarrow peers
 //! are records with an `error` and no numbers.
@@ -55,10 +53,9 @@ const ROUNDS: usize = 9;
 /// Target ratios to pyarrow->pyarrow (reported, not asserted).
 const RUST_TARGET: f64 = 1.0;
 const PYARROW_TARGET: f64 = 0.9;
-/// `max_message_bytes` of the second all-ahead run of each client: a
-/// partition of 4096 rows of 2 KiB (8.4 MB) in one message, as pyarrow's
-/// server sends it.
-const WHOLE_MESSAGE_BYTES: usize = 16 << 20;
+/// `max_message_bytes` of the pyarrow client's second run: a partition of
+/// 4096 rows of 2 KiB (8.4 MB) in one message, as pyarrow's server sends it.
+const PYARROW_MESSAGE_BYTES: usize = 16 << 20;
 
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Row {
@@ -125,11 +122,11 @@ fn request(k: usize, max_message_bytes: Option<usize>) -> String {
 }
 
 /// One epoch from the server to the Rust client, `k` partitions ahead
-/// (`ready_first`: the clock starts once all are held) in messages of up to
-/// `max_message_bytes`; (seconds, peak RSS, RSS at the start).
+/// (`ready_first`: the clock starts once all are held); (seconds, peak RSS,
+/// RSS at the start).
 async fn rust_epoch(
     c: &mut FlightClient,
-    (k, max_message_bytes): (usize, Option<usize>),
+    k: usize,
     partitions: usize,
     rows: usize,
     ready_first: bool,
@@ -137,7 +134,7 @@ async fn rust_epoch(
     let start_rss = vm_rss();
     let sampler = RssSampler::start();
     let info = c
-        .get_flight_info(FlightDescriptor::new_cmd(request(k, max_message_bytes)))
+        .get_flight_info(FlightDescriptor::new_cmd(request(k, None)))
         .await
         .expect("flight info");
     if ready_first {
@@ -333,40 +330,34 @@ pub async fn runs(quick: bool) -> Vec<Record> {
     let mut records = Vec::new();
     // Warm-up (connections, allocator), then the default read-ahead, then
     // the transport alone.
-    let _ = rust_epoch(&mut c, (partitions, None), partitions, rows, true).await;
-    let (seconds, peak, start) = rust_epoch(&mut c, (2, None), partitions, rows, false).await;
+    let _ = rust_epoch(&mut c, partitions, partitions, rows, true).await;
+    let (seconds, peak, start) = rust_epoch(&mut c, 2, partitions, rows, false).await;
     records.push(Record {
         peak_rss_bytes: peak,
         start_rss_bytes: start,
         ..timed("udfchain->rust", 2, 1, seconds)
     });
-    // The transport alone, in the server's default messages and in
-    // partition-sized ones (as pyarrow's server sends them).
-    for max_message_bytes in [None, Some(WHOLE_MESSAGE_BYTES)] {
-        let mut best = (f64::MAX, 0, 0);
-        for _ in 0..rounds {
-            let ahead = (partitions, max_message_bytes);
-            let run = rust_epoch(&mut c, ahead, partitions, rows, true).await;
-            if run.0 < best.0 {
-                best = run;
-            }
+    let mut best = (f64::MAX, 0, 0);
+    for _ in 0..rounds {
+        let run = rust_epoch(&mut c, partitions, partitions, rows, true).await;
+        if run.0 < best.0 {
+            best = run;
         }
-        records.push(Record {
-            peak_rss_bytes: best.1,
-            start_rss_bytes: best.2,
-            target_ratio: Some(RUST_TARGET),
-            max_message_bytes,
-            ..timed("udfchain->rust", partitions, rounds, best.0)
-        });
     }
+    records.push(Record {
+        peak_rss_bytes: best.1,
+        start_rss_bytes: best.2,
+        target_ratio: Some(RUST_TARGET),
+        ..timed("udfchain->rust", partitions, rounds, best.0)
+    });
     drop(c);
     // pyarrow's client with the server's default messages, and with messages
-    // of up to WHOLE_MESSAGE_BYTES (it accepts any size: a partition whole).
+    // of up to PYARROW_MESSAGE_BYTES (it accepts any size: a partition whole).
     for (peer, max_message_bytes, target) in [
         ("udfchain->pyarrow", None, None),
         (
             "udfchain->pyarrow",
-            Some(WHOLE_MESSAGE_BYTES),
+            Some(PYARROW_MESSAGE_BYTES),
             Some(PYARROW_TARGET),
         ),
     ] {
@@ -464,12 +455,8 @@ pub fn targets(records: &[Record]) -> String {
         };
         let line = match r.ratio_to_reference {
             Some(ratio) => format!(
-                "  {} (every partition ahead, {}): {ratio:.2} of pyarrow->pyarrow, target {target:.1}: {}\n",
+                "  {} (every partition ahead): {ratio:.2} of pyarrow->pyarrow, target {target:.1}: {}\n",
                 r.peer.unwrap_or("-"),
-                match r.max_message_bytes {
-                    Some(b) => format!("messages of up to {} MiB", b >> 20),
-                    None => "the default messages".to_string(),
-                },
                 if ratio >= target { "met" } else { "NOT met" }
             ),
             None => format!(
