@@ -91,14 +91,37 @@ pub fn read_pinned(key: &Path, pin: &VersionPin, limit: u64) -> Result<Option<By
     if size > limit {
         return Ok(None);
     }
-    let mut buf = Vec::with_capacity(size as usize);
-    // One byte past the size: a file that grew since the fstat is read whole
-    // rather than cut (its etag, checked above, was of this version).
-    (&mut file).take(limit + 1).read_to_end(&mut buf)?;
+    // Reads of the whole size and one byte past it: the file's own read and
+    // the read that sees its end. (`read_to_end` through `take` has no size
+    // hint and reads in 8, 16, 32 KiB ... steps: five reads for 64 KiB.)
+    let mut buf = vec![0; size as usize + 1];
+    let n = fill(&mut file, &mut buf)?;
+    buf.truncate(n);
+    if n as u64 > size {
+        // It grew since the fstat: read whole rather than cut (its etag,
+        // checked above, was of this version), up to the limit.
+        (&mut file)
+            .take(limit + 1 - n as u64)
+            .read_to_end(&mut buf)?;
+    }
     if buf.len() as u64 > limit {
         return Ok(None);
     }
     Ok(Some(Bytes::from(buf)))
+}
+
+/// Reads into `buf` until it is full or the file ends; the bytes read.
+fn fill(file: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match file.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
 }
 
 /// Reads the file `key` names, of the version `pin` names, to its end in
@@ -212,6 +235,19 @@ mod tests {
         let err = warm_pinned(&key, &pin).expect_err("changed");
         assert!(err.to_string().contains("changed"), "{err}");
         assert_eq!(warm_pinned(&key, &pin_of(&path)).expect("warm"), 12);
+        // Read whole at any size up to the limit, in place of a streamed read
+        // past it; an empty file too.
+        for size in [0usize, 1, 8191, 70_000] {
+            let body: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+            std::fs::write(&path, &body).expect("rewrite");
+            let pin = pin_of(&path);
+            let read = read_pinned(&key, &pin, size as u64).expect("read");
+            assert_eq!(read.as_deref(), Some(&body[..]), "{size} B at its size");
+            if size > 0 {
+                let over = read_pinned(&key, &pin, size as u64 - 1).expect("read");
+                assert_eq!(over, None, "{size} B over the limit");
+            }
+        }
         // Missing, and a directory, are not found.
         std::fs::remove_file(&path).expect("rm");
         let err = read_pinned(&key, &pin, 1 << 20).expect_err("missing");
