@@ -51,7 +51,7 @@ use udfchain_udfs::File;
 use super::fetch::Downloads;
 use super::handoff::Handoff;
 use super::window::AutoWindow;
-use crate::cache::Reach;
+use crate::cache::{Reach, StoreSource};
 use crate::error::Error;
 use crate::plan::batches::slices;
 use crate::plan::memo::Memo;
@@ -481,21 +481,13 @@ impl PrefetchStream {
             }
         }
         // One pass over the files: whether all are read where they are, or
-        // all are local files to read ahead; a batch's files mostly share one
-        // source, whose reach is looked up once.
+        // all are local files to read ahead.
         let source = &self.downloads.source;
         let (mut direct, mut ahead) = (true, self.direct.local == LocalMode::Ahead);
         let (mut n, mut bytes) = (0, 0);
-        let mut last: Option<(&str, Reach)> = None;
+        let mut last = None;
         for f in files.iter().flatten() {
-            let reach = match last {
-                Some((seen, reach)) if seen == f.source => reach,
-                _ => {
-                    let reach = source.reach(&f.source);
-                    last = Some((&f.source, reach));
-                    reach
-                }
-            };
+            let reach = reach_of(source, &mut last, &f.source);
             direct &= self.direct.reads(reach);
             ahead &= f.size_known() && f.member().is_none() && reach == Reach::LocalFiles;
             n += 1;
@@ -531,18 +523,13 @@ impl PrefetchStream {
             let sizes = column
                 .column_by_name("size")?
                 .as_primitive_opt::<UInt64Type>()?;
-            let mut last: Option<(&str, bool)> = None;
+            let mut last = None;
             for row in (0..column.len()).filter(|&r| column.is_valid(r)) {
                 let source = sources.value(row);
-                let reads = match last {
-                    Some((seen, reads)) if seen == source => reads,
-                    _ => {
-                        let reads = self.direct.reads(self.downloads.source.reach(source));
-                        last = Some((source, reads));
-                        reads
-                    }
-                };
-                if !reads {
+                if !self
+                    .direct
+                    .reads(reach_of(&self.downloads.source, &mut last, source))
+                {
                     return None;
                 }
                 files += 1;
@@ -658,6 +645,23 @@ impl Direct {
             Reach::LocalFiles => self.local == LocalMode::InPlace,
             Reach::Memory => self.memory,
             Reach::Network => false,
+        }
+    }
+}
+
+/// `stores.reach(source)`, kept in `last` for the next file: a batch's files
+/// mostly share one source, whose store is then looked up once.
+fn reach_of<'a>(
+    stores: &StoreSource,
+    last: &mut Option<(&'a str, Reach)>,
+    source: &'a str,
+) -> Reach {
+    match *last {
+        Some((seen, reach)) if seen == source => reach,
+        _ => {
+            let reach = stores.reach(source);
+            *last = Some((source, reach));
+            reach
         }
     }
 }
