@@ -79,7 +79,7 @@ pub use datafusion::prelude::lit;
 pub use dataset::checkpoints::RemovedCheckpoint;
 pub use dataset::{Catalog, DatasetInfo};
 pub use error::{Error, Result};
-pub use plan::{OperatorReport, RunReport};
+pub use plan::{OperatorReport, RunReport, Udf};
 pub use progress::Progress;
 pub use script::{Output, ScriptRunner};
 pub use session::Session;

@@ -22,7 +22,7 @@ use crate::arrow::{from_ipc, to_ipc};
 use crate::error::to_py;
 use crate::expr::PyExpr;
 use crate::runtime::{engine, wait};
-use crate::udf::PyUdf;
+use crate::udf::{InvokerInfo, PyUdf};
 
 #[pyclass(frozen, name = "Chain", module = "udfchain._internal")]
 pub struct PyChain {
@@ -220,13 +220,13 @@ impl PyChain {
         invoke: Py<PyAny>,
         partition_by: Vec<String>,
     ) -> PyResult<PyChain> {
-        let direct = PyUdf::takes_lists(invoke.bind(py));
+        let info = InvokerInfo::of(invoke.bind(py))?;
         let udf = Arc::new(PyUdf::new(
             name,
             params,
             output_field(output)?,
             Arc::new(invoke),
-            direct,
+            info,
         ));
         let c = self.chain.clone();
         Ok(of(match kind {

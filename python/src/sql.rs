@@ -18,7 +18,7 @@ use crate::arrow::to_ipc;
 use crate::chain::{PyChain, from_sql, output_field};
 use crate::error::to_py;
 use crate::runtime::{engine, wait};
-use crate::udf::PyUdf;
+use crate::udf::{InvokerInfo, PyUdf};
 
 fn runner() -> &'static ScriptRunner {
     static RUNNER: OnceLock<ScriptRunner> = OnceLock::new();
@@ -61,7 +61,7 @@ pub fn run(py: Python<'_>, script: String) -> PyResult<Vec<Py<PyAny>>> {
 pub fn register(py: Python<'_>, name: &str, output: &[u8], invoke: Py<PyAny>) -> PyResult<()> {
     engine()?;
     let field = output_field(output)?;
-    let direct = PyUdf::takes_lists(invoke.bind(py));
+    let info = InvokerInfo::of(invoke.bind(py))?;
     let invoke = Arc::new(invoke);
     let udf_name = name.to_string();
     runner()
@@ -72,7 +72,7 @@ pub fn register(py: Python<'_>, name: &str, output: &[u8], invoke: Py<PyAny>) ->
                 vec![param.to_string()],
                 f,
                 Arc::clone(&invoke),
-                direct,
+                info,
             )))
         })
         .map_err(to_py)

@@ -29,8 +29,8 @@ use pyo3::types::{PyBytes, PyList, PyString};
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 use udfchain::udfs::{
-    Aggregator, BatchMapper, BoxError, CallError, Generator, Mapper, Signature, UdfError,
-    current_source,
+    Aggregator, BatchMapper, BoxError, CallError, Generator, Lifecycle, Mapper, Signature,
+    UdfError, current_source,
 };
 
 use crate::arrow::{column_from_ipc, to_ipc};
@@ -48,11 +48,90 @@ pub struct PyUdf {
     /// `invoke(ipc: bytes, files: FileAccess) -> bytes` for map, batch_map and
     /// agg; `invoke(ipc, files, max_rows) -> iterator of bytes` for gen.
     invoke: Arc<Py<PyAny>>,
+    info: InvokerInfo,
+    /// `invoke.setup()` / `invoke.teardown()`, when `info.stateful`.
+    life: Option<PyLife>,
+}
+
+/// What the engine asks of an invoker once, where the GIL is held.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct InvokerInfo {
     /// `invoke` also takes Python lists (`values(cols, files)`, `gen(cols,
     /// files, max_rows)`), answers with values (a list, or IPC bytes when it
     /// encoded them itself) and converts what this side does not
     /// (`encode(values)`): `_udf.Invoker` and the worker pool's `Remote`.
     direct: bool,
+    /// `invoke.stateful` is true: it has `setup()` and `teardown()` for the
+    /// engine to call once per run (a class UDF, `Chain.setup` values).
+    stateful: bool,
+    /// `invoke.concurrency`: at most this many calls at once.
+    concurrency: Option<usize>,
+}
+
+impl InvokerInfo {
+    /// Asks `invoke` (see the fields).
+    pub fn of<'py>(invoke: &Bound<'py, PyAny>) -> PyResult<Self> {
+        let py = invoke.py();
+        let direct = [
+            intern!(py, "values"),
+            intern!(py, "gen"),
+            intern!(py, "encode"),
+        ]
+        .iter()
+        .all(|m| invoke.hasattr(m).unwrap_or(false));
+        let attr = |name: &Bound<'py, PyString>| -> PyResult<Option<Bound<'py, PyAny>>> {
+            if invoke.hasattr(name)? {
+                Ok(Some(invoke.getattr(name)?))
+            } else {
+                Ok(None)
+            }
+        };
+        let stateful = match attr(intern!(py, "stateful"))? {
+            Some(v) => v.is_truthy()?,
+            None => false,
+        };
+        let concurrency = match attr(intern!(py, "concurrency"))? {
+            Some(v) if !v.is_none() => Some(v.extract::<usize>()?.max(1)),
+            _ => None,
+        };
+        Ok(Self {
+            direct,
+            stateful,
+            concurrency,
+        })
+    }
+}
+
+/// The setup and teardown of a stateful invoker: `invoke.setup()` on a
+/// blocking thread (a failure with its traceback), `invoke.teardown()` once
+/// after each setup that succeeded.
+struct PyLife {
+    name: String,
+    invoke: Arc<Py<PyAny>>,
+}
+
+#[async_trait]
+impl Lifecycle for PyLife {
+    async fn setup(&self) -> Result<(), BoxError> {
+        let invoke = Arc::clone(&self.invoke);
+        tokio::task::spawn_blocking(move || {
+            Python::attach(|py| match invoke.bind(py).call_method0("setup") {
+                Ok(_) => Ok(()),
+                Err(e) => Err(PyUdf::failure(py, e).source),
+            })
+        })
+        .await
+        .map_err(|e| -> BoxError { format!("Python setup failed: {e}").into() })?
+    }
+
+    fn teardown(&self) {
+        Python::attach(|py| {
+            if let Err(e) = self.invoke.bind(py).call_method0("teardown") {
+                let text = PyUdf::failure(py, e).source;
+                eprintln!("udfchain: the teardown of UDF {} failed: {text}", self.name);
+            }
+        })
+    }
 }
 
 /// What a call returned: an array built here, or pyarrow's IPC stream.
@@ -128,14 +207,18 @@ impl fmt::Debug for PyUdf {
 }
 
 impl PyUdf {
-    /// `direct`: what [`PyUdf::takes_lists`] said of `invoke`.
+    /// `info`: what [`InvokerInfo::of`] said of `invoke`.
     pub fn new(
         name: &str,
         params: Vec<String>,
         output: Field,
         invoke: Arc<Py<PyAny>>,
-        direct: bool,
+        info: InvokerInfo,
     ) -> Self {
+        let life = info.stateful.then(|| PyLife {
+            name: name.to_string(),
+            invoke: Arc::clone(&invoke),
+        });
         Self {
             signature: Signature {
                 name: name.to_string(),
@@ -144,21 +227,9 @@ impl PyUdf {
                 output,
             },
             invoke,
-            direct,
+            info,
+            life,
         }
-    }
-
-    /// Whether `invoke` also takes Python lists (see [`PyUdf`]'s `direct`);
-    /// asked once, where the GIL is held, not per plan.
-    pub fn takes_lists(invoke: &Bound<'_, PyAny>) -> bool {
-        let py = invoke.py();
-        [
-            intern!(py, "values"),
-            intern!(py, "gen"),
-            intern!(py, "encode"),
-        ]
-        .iter()
-        .all(|m| invoke.hasattr(m).unwrap_or(false))
     }
 
     /// The error of a Python exception: `row` from a `UdfFailure` (the
@@ -184,7 +255,12 @@ impl PyUdf {
                     value
                 )
             });
-        let source: BoxError = Box::new(PythonError(text));
+        let mut source: BoxError = Box::new(PythonError(text));
+        // `UdfFailure.setup`: the UDF's setup failed (in a worker process).
+        let setup = value.getattr("setup").and_then(|s| s.is_truthy());
+        if setup.unwrap_or(false) {
+            source = Box::new(UdfError::Setup { source });
+        }
         CallError { row, source }
     }
 
@@ -238,7 +314,7 @@ impl PyUdf {
     async fn call(&self, input: RecordBatch, rows: Option<usize>) -> Result<ArrayRef, CallError> {
         let abandon = Abandon::default();
         let files = FileAccess::new(current_source()?, Handle::current(), abandon.clone());
-        let input = Input::of(input, self.direct)?;
+        let input = Input::of(input, self.info.direct)?;
         let invoke = Arc::clone(&self.invoke);
         let want = self.signature.output.data_type().clone();
         let _unwanted_when_dropped = abandon.guard();
@@ -276,6 +352,14 @@ impl Mapper for PyUdf {
         let n = input.num_rows();
         self.call(input, Some(n)).await
     }
+
+    fn lifecycle(&self) -> Option<&dyn Lifecycle> {
+        self.life.as_ref().map(|l| l as &dyn Lifecycle)
+    }
+
+    fn concurrency(&self) -> Option<usize> {
+        self.info.concurrency
+    }
 }
 
 #[async_trait]
@@ -288,6 +372,14 @@ impl BatchMapper for PyUdf {
         let n = input.num_rows();
         self.call(input, Some(n)).await
     }
+
+    fn lifecycle(&self) -> Option<&dyn Lifecycle> {
+        self.life.as_ref().map(|l| l as &dyn Lifecycle)
+    }
+
+    fn concurrency(&self) -> Option<usize> {
+        self.info.concurrency
+    }
 }
 
 #[async_trait]
@@ -299,11 +391,27 @@ impl Aggregator for PyUdf {
     async fn aggregate(&self, group: RecordBatch) -> Result<ArrayRef, CallError> {
         self.call(group, None).await
     }
+
+    fn lifecycle(&self) -> Option<&dyn Lifecycle> {
+        self.life.as_ref().map(|l| l as &dyn Lifecycle)
+    }
+
+    fn concurrency(&self) -> Option<usize> {
+        self.info.concurrency
+    }
 }
 
 impl Generator for PyUdf {
     fn signature(&self) -> &Signature {
         &self.signature
+    }
+
+    fn lifecycle(&self) -> Option<&dyn Lifecycle> {
+        self.life.as_ref().map(|l| l as &dyn Lifecycle)
+    }
+
+    fn concurrency(&self) -> Option<usize> {
+        self.info.concurrency
     }
 
     /// The Python generator runs on a blocking thread and sends each chunk of
@@ -319,7 +427,7 @@ impl Generator for PyUdf {
             Ok(s) => s,
             Err(e) => return stream::once(async move { Err(e.into()) }).boxed(),
         };
-        let input = match Input::of(input, self.direct) {
+        let input = match Input::of(input, self.info.direct) {
             Ok(i) => i,
             Err(e) => return stream::once(async move { Err(e) }).boxed(),
         };
@@ -368,7 +476,8 @@ impl Generator for PyUdf {
         let this = Self {
             signature: self.signature.clone(),
             invoke: Arc::clone(&self.invoke),
-            direct: self.direct,
+            info: self.info,
+            life: None,
         };
         stream::unfold(
             (rx, Some(thread), this, unwanted_when_dropped),

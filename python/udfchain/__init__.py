@@ -24,14 +24,19 @@ from ._chain import Chain, expr
 from ._file import File
 from ._internal import UdfchainError
 from ._loader import Loader
-from ._chain import udf_invoker, processes_of
+from ._chain import udf_invoker, udf_parts, processes_of
+from ._state import Aggregator, BatchMapper, Generator, Mapper
 from ._udf import output_type, schema_ipc
 from ._workers import shutdown_workers, worker_pids
 
 __all__ = [
+    "Aggregator",
+    "BatchMapper",
     "C",
     "Chain",
     "File",
+    "Generator",
+    "Mapper",
     "Loader",
     "UdfchainError",
     "func",
@@ -128,8 +133,14 @@ def run(script: str) -> list:
     ]
 
 
-def register(name: str, fn, output=None, processes=None) -> None:
-    """Makes `name(column)` call `fn` per row in `query` and `run`, with prefetch
-    in front; `processes=N` runs it in N worker processes (see Chain.settings)."""
+def register(name: str, fn, output=None, processes=None, concurrency=None) -> None:
+    """Makes `name(column)` call `fn` (a function or a `uc.Mapper` instance)
+    per row in `query` and `run`, with prefetch in front; `processes=N` runs
+    it in N worker processes (see Chain.settings). A Mapper's `setup` runs
+    once per run of a query that uses it, its `teardown` when that run ends."""
+    from ._chain import concurrency_of
+
+    fn, life = udf_parts(fn, "map", None)
     t = output_type(fn, output, "map")
-    _internal.register(name, schema_ipc(name, t), udf_invoker(fn, "map", t, processes_of(processes)))
+    inv = udf_invoker(fn, "map", t, processes_of(processes), life, concurrency_of(concurrency))
+    _internal.register(name, schema_ipc(name, t), inv)

@@ -15,7 +15,8 @@ from ._pyarrow import pa
 
 from . import _internal
 from ._file import files_of, is_file_type
-from ._udf import invoker, output_type, params_of, schema_ipc
+from ._state import Life, Setups, _Udf, is_class_udf
+from ._udf import invoker, output_type, params_of, schema_ipc, setup_params
 from ._workers import remote
 
 
@@ -36,9 +37,42 @@ def processes_of(v) -> int | None:
     raise ValueError(f"processes must be a whole number from 1 to 4096, True or False, got {v!r}")
 
 
-def udf_invoker(fn, kind: str, t: pa.DataType, processes: int | None):
-    """The invoker the engine calls: in this process, or in `processes` workers."""
-    return invoker(fn, kind, t) if processes is None else remote(fn, kind, t, processes)
+def concurrency_of(v) -> int | None:
+    """`concurrency=`: a whole number >= 1, or None (no bound but `parallel`)."""
+    if v is None:
+        return None
+    if isinstance(v, int) and not isinstance(v, bool) and v >= 1:
+        return v
+    raise ValueError(f"concurrency must be a whole number >= 1, got {v!r}")
+
+
+def udf_parts(value, kind: str, setups: Setups | None):
+    """The function the engine calls for `value` (a function or a class UDF
+    instance) and its `Life` (None when it holds no state)."""
+    if is_class_udf(value):
+        if value.kind != kind:
+            verb = {"map": "map", "gen": "gen", "batch_map": "batch_map", "agg": "agg"}[value.kind]
+            raise TypeError(
+                f"{type(value).__name__} is a {type(value).__mro__[1].__name__}: add it with {verb}(...), not {kind}(...)"
+            )
+        fn = value.process
+        return fn, Life(value, setups, setup_params(fn, setups))
+    if isinstance(value, type) and issubclass(value, _Udf):
+        raise TypeError(f"{value.__name__} is a class: pass an instance, e.g. {value.__name__}()")
+    if not callable(value):
+        raise TypeError(f"a UDF is a function or a class UDF instance, got {value!r}")
+    needs = setup_params(value, setups)
+    return value, (Life(None, setups, needs) if needs else None)
+
+
+def udf_invoker(fn, kind: str, t: pa.DataType, processes: int | None, life=None, concurrency=None, gpus=None):
+    """The invoker the engine calls: in this process, or in `processes`
+    workers (`gpus=` implies workers: `concurrency` of them, else one)."""
+    if gpus is not None and processes is None:
+        processes = concurrency or 1
+    if processes is None:
+        return invoker(fn, kind, t, life, concurrency)
+    return remote(fn, kind, t, processes, life, concurrency, gpus)
 
 
 def version_of(v) -> str:
@@ -93,14 +127,15 @@ def _rows(table: pa.Table, cols: tuple):
 class Chain:
     """A lazy chain of steps and UDFs over a source (see `udfchain.read_storage`)."""
 
-    __slots__ = ("_c", "_processes")
+    __slots__ = ("_c", "_processes", "_setups")
 
-    def __init__(self, inner, processes: int | None = None):
+    def __init__(self, inner, processes: int | None = None, setups: Setups | None = None):
         self._c = inner
         self._processes = processes
+        self._setups = setups
 
     def _next(self, inner) -> Chain:
-        return Chain(inner, self._processes)
+        return Chain(inner, self._processes, self._setups)
 
     # settings and relational steps
 
@@ -118,7 +153,17 @@ class Chain:
             processes = processes_of(kw.pop("processes"))
             if processes is not None and "parallel" not in kw:
                 kw["parallel"] = processes
-        return Chain(self._c.settings(setting_pairs(kw)), processes)
+        return Chain(self._c.settings(setting_pairs(kw)), processes, self._setups)
+
+    def setup(self, **fns) -> Chain:
+        """Values built once per worker, for the UDFs added after this call:
+        `setup(model=lambda: load("m.onnx"))`; a UDF parameter named `model`
+        receives the value (it is not a column). Each callable runs once per
+        process, lazily, on the first run of a UDF that takes it (under
+        `processes=`, once in each worker process); an exception fails the
+        run, naming the UDF, with the traceback."""
+        base = self._setups or Setups()
+        return Chain(self._c, self._processes, base.extended(fns))
 
     def filter(self, *conditions) -> Chain:
         c = self._c
@@ -166,20 +211,25 @@ class Chain:
 
     # UDFs
 
-    def _udf(self, kind, named, params, output, version, partition_by=()):
+    def _udf(self, kind, named, params, output, version, partition_by=(), concurrency=None, gpus=None):
         if len(named) != 1:
             raise TypeError(f"{kind}() takes one output=function pair, e.g. {kind}(meta=image_meta)")
-        (out_name, fn), = named.items()
+        (out_name, value), = named.items()
+        fn, life = udf_parts(value, kind, self._setups)
         t = output_type(fn, output, kind)
-        name = getattr(fn, "__name__", out_name)
+        if is_class_udf(value):
+            name = type(value).__name__
+        else:
+            name = getattr(fn, "__name__", out_name)
         if name == "<lambda>":
             name = out_name
+        setups = self._setups.names() if self._setups else frozenset()
         c = self._c.udf(
             kind,
             name,
-            params_of(fn, params),
+            params_of(fn, params, setups),
             schema_ipc(out_name, t),
-            udf_invoker(fn, kind, t, self._processes),
+            udf_invoker(fn, kind, t, self._processes, life, concurrency_of(concurrency), gpus),
             list(partition_by),
         )
         if version is not None:
@@ -191,24 +241,35 @@ class Chain:
     # a save"). Without it, a function edited after a failed save continues
     # from the rows kept, as DataChain's partial checkpoints do.
 
-    def map(self, params=None, output=None, version=None, **named) -> Chain:
+    # Each UDF verb takes a function or a class UDF instance (`uc.Mapper`,
+    # ...: `setup` / `process` / `teardown`), and `concurrency=N` (at most N
+    # calls at once in the process, besides `parallel`; under `processes=`
+    # the workers bound it too) and `gpus=` (a count or a fraction of a GPU
+    # per instance: the UDF runs in its own worker processes, `concurrency`
+    # of them or one, each with its own CUDA_VISIBLE_DEVICES).
+
+    def map(self, params=None, output=None, version=None, concurrency=None, gpus=None, **named) -> Chain:
         """Adds a column per row: `map(meta=image_meta)`; `image_meta(file)` reads column `file`.
         `version="2"`: a save does not reuse the checkpoint of another version."""
-        return self._udf("map", named, params, output, version)
+        return self._udf("map", named, params, output, version, (), concurrency, gpus)
 
-    def gen(self, params=None, output=None, version=None, **named) -> Chain:
+    def gen(self, params=None, output=None, version=None, concurrency=None, gpus=None, **named) -> Chain:
         """Zero or more rows per row: the function yields values (annotate Iterator[T])."""
-        return self._udf("gen", named, params, output, version)
+        return self._udf("gen", named, params, output, version, (), concurrency, gpus)
 
-    def batch_map(self, params=None, output=None, batch_size=None, version=None, **named) -> Chain:
+    def batch_map(
+        self, params=None, output=None, batch_size=None, version=None, concurrency=None, gpus=None, **named
+    ) -> Chain:
         """A column computed batch_size rows at a time: the function gets one list per param."""
         c = self if batch_size is None else self.settings(batch_size=batch_size)
-        return c._udf("batch_map", named, params, output, version)
+        return c._udf("batch_map", named, params, output, version, (), concurrency, gpus)
 
-    def agg(self, params=None, output=None, partition_by=(), version=None, **named) -> Chain:
+    def agg(
+        self, params=None, output=None, partition_by=(), version=None, concurrency=None, gpus=None, **named
+    ) -> Chain:
         """One call per group of equal partition_by values, with one list per param; yields values."""
         keys = [partition_by] if isinstance(partition_by, str) else list(partition_by)
-        return self._udf("agg", named, params, output, version, keys)
+        return self._udf("agg", named, params, output, version, keys, concurrency, gpus)
 
     # runs
 

@@ -13,6 +13,7 @@ and the file.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import traceback
 import typing
@@ -24,12 +25,21 @@ from ._types import ConvertError, arrow_type, element_type, to_array
 
 
 class UdfFailure(Exception):
-    """A UDF call's failure: `row` within the call (None: the whole call), `text`."""
+    """A UDF call's failure: `row` within the call (None: the whole call),
+    `text`; `setup`: the UDF's setup failed (the engine fails the run,
+    whatever `on_error` says)."""
 
-    def __init__(self, row, text):
+    def __init__(self, row, text, setup=False):
         super().__init__(text)
         self.row = row
         self.text = text
+        self.setup = setup
+
+
+def setup_failure(name: str, e: BaseException) -> UdfFailure:
+    """The failure of UDF `name`'s setup, with the traceback."""
+    text = "".join(traceback.format_exception(type(e), e, e.__traceback__)).rstrip()
+    return UdfFailure(None, f"the setup of UDF {name} raised: {text}", setup=True)
 
 
 def _failure(name: str, row, e: BaseException) -> UdfFailure:
@@ -83,15 +93,18 @@ def schema_ipc(name: str, t: pa.DataType) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def params_of(fn, params) -> list[str]:
-    """The columns a UDF reads: `params`, else its positional parameters' names."""
+def params_of(fn, params, setups=frozenset()) -> list[str]:
+    """The columns a UDF reads: `params`, else its positional parameters'
+    names but those that name a `Chain.setup` value (in `setups`)."""
     if params is not None:
         return [params] if isinstance(params, str) else list(params)
     sig = inspect.signature(fn)
     names = [
         p.name
         for p in sig.parameters.values()
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        and p.default is p.empty
+        and p.name not in setups
     ]
     if not names:
         raise TypeError(f"UDF {_name(fn)} takes no parameter: it must read at least one column")
@@ -99,7 +112,18 @@ def params_of(fn, params) -> list[str]:
 
 
 def _name(fn) -> str:
+    owner = getattr(fn, "__self__", None)
+    if owner is not None and not isinstance(owner, type):  # a class UDF's process
+        return type(owner).__name__
     return getattr(fn, "__name__", None) or type(fn).__name__
+
+
+def setup_params(fn, setups) -> list[str]:
+    """The parameters of `fn` that name a `Chain.setup` value."""
+    if not setups:
+        return []
+    names = setups.names()
+    return [p for p in inspect.signature(fn).parameters if p in names]
 
 
 def output_type(fn, output, kind: str) -> pa.DataType:
@@ -131,11 +155,31 @@ class Invoker:
     IPC stream (any column type) and returns IPC streams. Files in `cols`
     already read through `access`."""
 
-    def __init__(self, fn, kind: str, t):
+    def __init__(self, fn, kind: str, t, life=None, concurrency=None):
         self.fn = fn
         self.kind = kind
         self.name = _name(fn)
         self._encode = _Encoder(t)
+        self.life = life
+        # Read once by the engine (`InvokerInfo`).
+        self.stateful = life is not None and life.stateful
+        self.concurrency = concurrency
+
+    def setup(self):
+        """Builds the UDF's state (the engine calls it once per run before
+        the first call); a failure is `UdfFailure` with `setup` set."""
+        try:
+            self.life.setup()
+        except Exception as e:
+            raise setup_failure(self.name, e) from None
+
+    def teardown(self):
+        self.life.teardown()
+
+    def _fn(self):
+        """The function with the `Chain.setup` values it takes bound."""
+        values = self.life.values if self.life is not None else None
+        return functools.partial(self.fn, **values) if values else self.fn
 
     def __call__(self, ipc, access, *rest):
         cols = _columns(ipc, access)
@@ -145,7 +189,7 @@ class Invoker:
 
     def values(self, cols: list[list], access=None) -> list:
         """The outputs of one call (one per row for map and batch_map)."""
-        fn, name = self.fn, self.name
+        fn, name = self._fn(), self.name
         if self.kind != "map":
             try:
                 return list(fn(*cols))
@@ -173,7 +217,7 @@ class Invoker:
         """A generator's values in chunks (lists) of at most `max_rows`."""
         chunk = []
         try:
-            for v in self.fn(*[c[0] for c in cols]):
+            for v in self._fn()(*[c[0] for c in cols]):
                 chunk.append(v)
                 if len(chunk) >= max_rows:
                     yield chunk
@@ -184,8 +228,9 @@ class Invoker:
             raise _failure(self.name, 0, e) from None
 
 
-def invoker(fn, kind: str, t: pa.DataType) -> Invoker:
-    """The invoker of `fn` as a UDF of `kind` with values of type `t`."""
+def invoker(fn, kind: str, t: pa.DataType, life=None, concurrency=None) -> Invoker:
+    """The invoker of `fn` as a UDF of `kind` with values of type `t`
+    (`life`: its `_state.Life`, when it has state)."""
     if kind not in ("map", "batch_map", "agg", "gen"):
         raise ValueError(f"unknown UDF kind {kind!r}")
-    return Invoker(fn, kind, t)
+    return Invoker(fn, kind, t, life, concurrency)

@@ -29,7 +29,17 @@ an idle worker over a pipe and returns the worker's values. Guarantees:
   leave when their parent process is gone, and are stopped at exit.
 - A function that cannot be imported by module in a new process (a lambda,
   a nested function, one defined in a REPL or `python -c`) is refused when
-  the UDF is added, with a TypeError saying why.
+  the UDF is added, with a TypeError saying why; so is a class UDF whose
+  instance (the attributes its constructor set) does not pickle. With
+  `cloudpickle` installed, lambdas and `Chain.setup` callables travel by value.
+- A UDF with state (`_state`) sets up in a worker on its first call there
+  and tears down when the runs using it end (the parent asks each worker
+  that set it up), or when the worker exits: at EOF on its pipe, on SIGTERM
+  (how a call of a dropped query stops its worker: the call unwinds, the
+  worker tears down and exits, and is killed only after `GRACE` seconds),
+  or when its parent is gone. A setup that raises fails the run.
+- `gpus=` gives the UDF its own workers, each started with its own
+  `CUDA_VISIBLE_DEVICES` (`gpu_envs`).
 """
 
 from __future__ import annotations
@@ -51,6 +61,8 @@ from ._udf import Invoker, UdfFailure, schema_ipc
 
 # How often a call waiting on a worker checks whether its query dropped it.
 POLL = 0.1
+# How long a worker asked to stop (EOF, SIGTERM) has to tear down and exit.
+GRACE = float(os.environ.get("UDFCHAIN_WORKER_GRACE", "30"))
 
 _SPAWN = multiprocessing.get_context("spawn")
 _KEYS = itertools.count()
@@ -60,10 +72,26 @@ def _name(fn) -> str:
     return getattr(fn, "__name__", None) or type(fn).__name__
 
 
-def spec_of(fn, kind: str, t) -> bytes:
-    """What a worker needs to run `fn`, pickled; a TypeError when it cannot."""
+def _dumps(value) -> bytes:
+    """`value` pickled; by value with cloudpickle (when installed) for what
+    plain pickle cannot send (lambdas, nested functions)."""
+    try:
+        return pickle.dumps(value)
+    except Exception:
+        try:
+            import cloudpickle
+        except ImportError:
+            raise
+        return cloudpickle.dumps(value)
+
+
+def spec_of(fn, kind: str, t, life=None) -> bytes:
+    """What a worker needs to run `fn` (with `life`, its `_state.Life`),
+    pickled; a TypeError when it cannot."""
     where = f"UDF {_name(fn)} cannot run in worker processes (processes=)"
-    module = getattr(fn, "__module__", None)
+    obj = getattr(life, "obj", None)
+    target = type(obj) if obj is not None else fn
+    module = getattr(target, "__module__", None)
     main = sys.modules.get("__main__")
     if module == "__main__" and getattr(main, "__file__", None) is None:
         raise TypeError(
@@ -72,13 +100,63 @@ def spec_of(fn, kind: str, t) -> bytes:
             "in-process (no processes=)"
         )
     try:
-        return pickle.dumps((fn, kind, t))
+        return _dumps((fn, kind, t, life))
     except Exception as e:
+        if obj is not None:
+            raise TypeError(
+                f"{where}: each worker gets a copy of the {type(obj).__name__} instance made "
+                f"by pickling it with the attributes its constructor set, and {e}; keep "
+                "constructor arguments picklable (paths, names, numbers) and build the rest "
+                "in setup(), or run it in-process (no processes=)"
+            ) from None
         raise TypeError(
             f"{where}: a worker imports it by module and name, and {e}; define it at the "
-            "top level of a module (not a lambda or a nested function), or run it "
-            "in-process (no processes=)"
+            "top level of a module (not a lambda or a nested function), install cloudpickle "
+            "to send it by value, or run it in-process (no processes=)"
         ) from None
+
+
+def gpu_envs(gpus, instances: int) -> list[dict]:
+    """The environment of each of `instances` workers of a UDF with `gpus`
+    per instance (a count, or a fraction: instances sharing a device): its
+    `CUDA_VISIBLE_DEVICES`, from the devices this process sees
+    (`CUDA_VISIBLE_DEVICES`, else `nvidia-smi -L`). A ValueError when they
+    do not suffice."""
+    if isinstance(gpus, bool) or not isinstance(gpus, (int, float)) or gpus <= 0:
+        raise ValueError(f"gpus must be a positive count or a fraction of one GPU, got {gpus!r}")
+    if gpus > 1 and gpus != int(gpus):
+        raise ValueError(f"gpus above 1 must be a whole number of GPUs, got {gpus!r}")
+    devices = _visible_devices()
+    if gpus >= 1:
+        per, need = int(gpus), int(gpus) * instances
+        groups = [devices[i * per:(i + 1) * per] for i in range(instances)]
+    else:
+        share = int(1 / gpus + 1e-9)  # instances per device
+        need = -(-instances // share)
+        groups = [devices[i // share:i // share + 1] for i in range(instances)]
+    if need > len(devices):
+        seen = ",".join(devices) or "none"
+        raise ValueError(
+            f"gpus={gpus} for {instances} instance(s) needs {need} GPU(s); this process sees "
+            f"{len(devices)} ({seen}; from CUDA_VISIBLE_DEVICES, else nvidia-smi -L)"
+        )
+    return [{"CUDA_VISIBLE_DEVICES": ",".join(g)} for g in groups]
+
+
+def _visible_devices() -> list[str]:
+    v = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if v is not None:
+        return [d.strip() for d in v.split(",") if d.strip() and d.strip() != "-1"]
+    import shutil
+    import subprocess
+
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10).stdout
+    except Exception:
+        return []
+    return [str(i) for i, line in enumerate(l for l in out.splitlines() if l.startswith("GPU "))]
 
 
 # ---------------------------------------------------------------------------
@@ -88,15 +166,33 @@ def spec_of(fn, kind: str, t) -> bytes:
 class _Worker:
     """One spawned worker process and the parent's end of its pipe."""
 
-    def __init__(self):
+    def __init__(self, env: dict | None = None, slot: int = 0):
         parent, child = _SPAWN.Pipe()
         self.process = _SPAWN.Process(
-            target=_serve, args=(child, os.getpid()), name="udfchain-worker", daemon=True
+            target=_serve, args=(child, os.getpid(), env), name="udfchain-worker", daemon=True
         )
         self.process.start()
         child.close()  # the worker's death then reads as EOF here
         self.conn = parent
+        self.slot = slot  # which of its pool's environments it has
         self.loaded: set[int] = set()  # the UDFs (keys) it has unpickled
+        self.states: set[int] = set()  # the stateful UDFs (keys) it was called for
+        self.pending: set[int] = set()  # their teardowns asked while it was busy
+
+    def teardown(self, key: int, name: str):
+        """Asks the worker to tear `key`'s state down and waits for it."""
+        self.states.discard(key)
+        self.pending.discard(key)
+        try:
+            self.conn.send(("teardown", key, None, None))
+            if not self.conn.poll(GRACE):
+                raise OSError("no answer")
+            msg = self.conn.recv()
+        except (EOFError, OSError) as e:
+            print(f"udfchain: the teardown of UDF {name} in worker {self.process.pid}: {e}", file=sys.stderr)
+            return
+        if msg[0] == "fail":
+            print(f"udfchain: the teardown of UDF {name} raised: {msg[2]}", file=sys.stderr)
 
     def died(self, name: str) -> UdfFailure:
         self.process.join(1)
@@ -118,7 +214,13 @@ class _Worker:
         )
 
     def kill(self):
+        """Stops a busy worker: SIGTERM unwinds its call and it tears its
+        state down and exits; killed if it has not after `GRACE` seconds
+        (at once when it holds no state)."""
         self.conn.close()
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join(GRACE if self.states else 2)
         if self.process.is_alive():
             self.process.kill()
         self.process.join(5)
@@ -126,21 +228,46 @@ class _Worker:
     def stop(self):
         """Asks the worker to leave (EOF on its pipe); kills it if it does not."""
         self.conn.close()
-        self.process.join(2)
+        self.process.join(GRACE if self.states else 2)
         if self.process.is_alive():
             self.process.kill()
             self.process.join(5)
 
 
 class _Pool:
-    """Idle workers shared by every UDF of the process, started on demand."""
+    """Idle workers shared by every UDF of the process (or, with `envs`,
+    the workers of one UDF, each with its own environment), started on demand."""
 
-    def __init__(self):
+    def __init__(self, envs: list[dict] | None = None):
         self._lock = threading.Lock()
         self._idle: list[_Worker] = []
         self._all: set[_Worker] = set()
         self._closed = False
         self._registered = False
+        self._envs = envs
+        _POOLS.append(self)
+
+    def _spawn(self) -> _Worker:
+        """A new worker (called with the lock held): with `envs`, the first
+        environment no live worker has."""
+        if not self._envs:
+            return _Worker()
+        used = {w.slot for w in self._all if w.process.is_alive()}
+        slot = next((i for i in range(len(self._envs)) if i not in used), 0)
+        return _Worker(self._envs[slot], slot)
+
+    def teardown(self, key: int, name: str):
+        """Tears `key`'s state down in every worker that may hold it: the
+        idle ones now, the busy ones when they are given back."""
+        with self._lock:
+            idle = [w for w in self._idle if key in w.states]
+            self._idle = [w for w in self._idle if key not in w.states]
+            for w in self._all:
+                if key in w.states and w not in idle:
+                    w.pending.add(key)
+        for w in idle:
+            w.teardown(key, name)
+            self.give(w)
 
     def take(self) -> _Worker:
         with self._lock:
@@ -155,8 +282,7 @@ class _Pool:
                 # Registered after udfchain's own exit hook, so it runs first.
                 atexit.register(self.shutdown)
                 self._registered = True
-        w = _Worker()
-        with self._lock:
+            w = self._spawn()
             self._all.add(w)
         return w
 
@@ -171,12 +297,14 @@ class _Pool:
                 atexit.register(self.shutdown)
                 self._registered = True
         for _ in range(max(0, missing)):
-            w = _Worker()
             with self._lock:
+                w = self._spawn()
                 self._all.add(w)
                 self._idle.append(w)
 
     def give(self, w: _Worker):
+        for key in list(w.pending):
+            w.teardown(key, f"key {key}")
         with self._lock:
             if not self._closed and w.process.is_alive():
                 self._idle.append(w)
@@ -204,18 +332,20 @@ class _Pool:
             return sorted(w.process.pid for w in self._all)
 
 
+_POOLS: list[_Pool] = []
 POOL = _Pool()
 
 
 def worker_pids() -> list[int]:
-    """The process ids of the running workers (started by `processes=`)."""
-    return POOL.pids()
+    """The process ids of the running workers (started by `processes=` or `gpus=`)."""
+    return sorted(p for pool in _POOLS for p in pool.pids())
 
 
 def shutdown_workers() -> None:
     """Stops the worker processes now (they are stopped at exit anyway); the
     next call that needs one starts it again."""
-    POOL.shutdown(closing=False)
+    for pool in _POOLS:
+        pool.shutdown(closing=False)
 
 
 class _Cancelled(Exception):
@@ -261,14 +391,34 @@ class Remote:
     converts them, as in-process) or, when they do not pickle, as the IPC
     stream the worker encoded."""
 
-    def __init__(self, fn, kind: str, t, processes: int):
-        self.spec = spec_of(fn, kind, schema_ipc(_name(fn), t))
+    def __init__(self, fn, kind: str, t, processes: int, life=None, concurrency=None, gpus=None):
+        self.spec = spec_of(fn, kind, schema_ipc(_name(fn), t), life)
         self.key = next(_KEYS)
         self.name = _name(fn)
         self.kind = kind
         self._slots = threading.BoundedSemaphore(processes)
         self._encoder = Invoker(fn, kind, t)  # this side's conversions only
-        POOL.prestart(processes)
+        # Read once by the engine (`InvokerInfo`): setup/teardown per run.
+        self.stateful = life is not None and life.stateful
+        self.concurrency = concurrency
+        self._runs = 0
+        self._runs_lock = threading.Lock()
+        self.pool = _Pool(gpu_envs(gpus, processes)) if gpus is not None else POOL
+        self.pool.prestart(processes)
+
+    def setup(self):
+        """A run starts: workers set up on their first call of it."""
+        with self._runs_lock:
+            self._runs += 1
+
+    def teardown(self):
+        """A run ended: when no other is running, every worker that set the
+        UDF up tears it down."""
+        with self._runs_lock:
+            self._runs -= 1
+            last = self._runs == 0
+        if last:
+            self.pool.teardown(self.key, self.name)
 
     def _start(self, w: _Worker, op: str, *args):
         first = self.key not in w.loaded
@@ -277,30 +427,32 @@ class Remote:
         except OSError:
             raise w.died(self.name) from None
         w.loaded.add(self.key)
+        if self.stateful:
+            w.states.add(self.key)
 
     def encode(self, out: list) -> bytes:
         return self._encoder.encode(out)
 
     def _call(self, rows, access):
         with _slot(self._slots, access):
-            w = POOL.take()
+            w = self.pool.take()
             try:
                 self._start(w, "call", rows)
                 msg = _next(w, access, self.name)
             except _Cancelled:
-                POOL.drop(w)
+                self.pool.drop(w)
                 raise UdfFailure(None, "cancelled: the query dropped this call") from None
             except BaseException:
-                POOL.drop(w)
+                self.pool.drop(w)
                 raise
-            POOL.give(w)
+            self.pool.give(w)
             if msg[0] == "fail":
-                raise UdfFailure(msg[1], msg[2])
+                raise UdfFailure(*msg[1:])
             return msg[1]
 
     def _gen(self, rows, access, max_rows):
         with _slot(self._slots, access):
-            w = POOL.take()
+            w = self.pool.take()
             clean = False
             try:
                 self._start(w, "gen", rows, max_rows)
@@ -313,16 +465,16 @@ class Remote:
                         return
                     else:
                         clean = True
-                        raise UdfFailure(msg[1], msg[2])
+                        raise UdfFailure(*msg[1:])
             except _Cancelled:
                 raise UdfFailure(None, "cancelled: the query dropped this call") from None
             finally:
                 # A generator left before its end (the rows were not wanted)
                 # leaves its worker mid-call: that worker cannot be reused.
                 if clean:
-                    POOL.give(w)
+                    self.pool.give(w)
                 else:
-                    POOL.drop(w)
+                    self.pool.drop(w)
 
     def __call__(self, ipc: bytes, access, *rest):
         if self.kind == "gen":
@@ -336,9 +488,9 @@ class Remote:
         return self._gen(cols, access, max_rows)
 
 
-def remote(fn, kind: str, t, processes: int) -> Remote:
+def remote(fn, kind: str, t, processes: int, life=None, concurrency=None, gpus=None) -> Remote:
     """`fn` run in `processes` worker processes (see `Remote`)."""
-    return Remote(fn, kind, t, processes)
+    return Remote(fn, kind, t, processes, life, concurrency, gpus)
 
 
 # ---------------------------------------------------------------------------
@@ -389,34 +541,86 @@ class _Access:
         return self._ask("in_memory", f)
 
 
+class _Stop(BaseException):
+    """SIGTERM in a worker: unwinds the running call (past the UDF's own
+    `except Exception`), then the worker tears down and exits."""
+
+
+def _stop(signum, frame):
+    raise _Stop
+
+
 def _watch_parent(parent: int):
-    # The pipe's EOF ends an idle worker; this ends a busy one whose parent died.
+    # The pipe's EOF ends an idle worker; this ends a busy one whose parent
+    # died (SIGTERM: it tears down first; killed after GRACE if it hangs).
     while True:
         time.sleep(1)
         if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(GRACE)
             os._exit(1)
 
 
-def _serve(conn, parent: int):
-    """A worker's loop: runs calls until its pipe closes."""
+def _serve(conn, parent: int, env: dict | None = None):
+    """A worker's loop: runs calls until its pipe closes or SIGTERM; then
+    tears down every state it set up."""
+    os.environ.update(env or {})
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _stop)
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
     invokers = {}
+    ready: set[int] = set()  # the keys whose state is set up here
+    try:
+        _loop(conn, invokers, ready)
+    except _Stop:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one stop: let teardown finish
+        for key in list(ready):
+            try:
+                invokers[key].life.teardown()
+            except Exception:
+                traceback.print_exc()
+
+
+def _loop(conn, invokers: dict, ready: set):
+    broken: dict = {}  # the keys whose setup failed here, and how
     while True:
         try:
             op, key, spec, rows, *rest = conn.recv()
         except (EOFError, OSError):
             return
+        if op == "teardown":
+            reply = ("done",)
+            broken.pop(key, None)  # the run ended: the next one may set up again
+            if key in ready:
+                ready.discard(key)
+                try:
+                    invokers[key].life.teardown()
+                except Exception as e:
+                    text = "".join(traceback.format_exception(type(e), e, e.__traceback__)).rstrip()
+                    reply = ("fail", None, text)
+            conn.send(reply)
+            continue
         access = _Access(conn)
         try:
             inv = invokers.get(key)
             if inv is None:
                 try:
-                    fn, kind, schema = pickle.loads(spec)
+                    fn, kind, schema, life = pickle.loads(spec)
                 except Exception as e:
                     text = "".join(traceback.format_exception(type(e), e, e.__traceback__)).rstrip()
                     raise UdfFailure(None, f"cannot load the UDF in a worker process: {text}") from None
-                inv = invokers[key] = Invoker(fn, kind, schema)
+                inv = invokers[key] = Invoker(fn, kind, schema, life)
+            if inv.stateful and key not in ready:
+                if key in broken:  # its setup failed here: not tried again
+                    raise broken[key]
+                try:
+                    inv.setup()
+                except UdfFailure as e:  # setup=True
+                    broken[key] = e
+                    raise
+                ready.add(key)
             if isinstance(rows, bytes):  # an IPC stream: the invoker encodes
                 if op == "call":
                     conn.send(("done", inv(rows, access)))
@@ -433,10 +637,10 @@ def _serve(conn, parent: int):
                         _send_values(conn, "chunk", inv, chunk)
                     conn.send(("end",))
         except UdfFailure as e:
-            conn.send(("fail", e.row, e.text))
+            conn.send(("fail", e.row, e.text, e.setup))
         except Exception as e:
             text = "".join(traceback.format_exception(type(e), e, e.__traceback__)).rstrip()
-            conn.send(("fail", None, text))
+            conn.send(("fail", None, text, False))
         finally:
             access.close()
 

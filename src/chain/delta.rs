@@ -53,7 +53,7 @@ use datafusion::prelude::ParquetReadOptions;
 use super::{Chain, DATA_FILE, Source, schema_text};
 use crate::dataset::{Catalog, DatasetInfo};
 use crate::error::{Error, Result};
-use crate::plan::{UdfKind, UdfNode};
+use crate::plan::{Udf, UdfNode};
 use crate::storage::{StorageTable, file_schema};
 
 /// Which rows a delta save compares: `on` identifies a file (default
@@ -405,7 +405,7 @@ fn refuse_non_row_local(plan: &LogicalPlan) -> Result<()> {
             LogicalPlan::Union(_) => Some("a union".into()),
             LogicalPlan::Window(_) => Some("a window function".into()),
             LogicalPlan::Extension(e) => match e.node.as_any().downcast_ref::<UdfNode>() {
-                Some(u) if matches!(u.kind, UdfKind::Agg { .. }) => {
+                Some(u) if matches!(u.kind, Udf::Agg { .. }) => {
                     Some(format!("the agg UDF {}", u.kind.signature().name))
                 }
                 Some(_) => None,

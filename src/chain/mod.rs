@@ -39,13 +39,10 @@ use datafusion::datasource::MemTable;
 use datafusion::logical_expr::{Expr, LogicalPlan, SortExpr};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use udfchain_udfs::{
-    Aggregator, BatchMapper, BoxError, Generator, Mapper, UdfError, agg_fn, batch_map_fn, gen_fn,
-    map_fn,
-};
+use udfchain_udfs::{Aggregator, BatchMapper, BoxError, Generator, Mapper, UdfError};
 
 use crate::error::{Error, Result};
-use crate::plan::UdfKind;
+use crate::plan::Udf;
 use crate::session::Session;
 
 /// Where a chain's rows come from.
@@ -91,7 +88,7 @@ enum Step {
         aggs: Vec<Expr>,
     },
     Udf {
-        kind: UdfKind,
+        kind: Udf,
         settings: Settings,
     },
     Fail(Error),
@@ -320,7 +317,21 @@ impl Chain {
         })
     }
 
-    fn udf(self, kind: Result<UdfKind, UdfError>) -> Self {
+    /// Adds `udf` (any kind: see [`Udf`]), with the settings given so far.
+    ///
+    /// ```
+    /// use udfchain::{Chain, Udf};
+    ///
+    /// let udf = Udf::map(&["x"], "y", |x: u64| async move { Ok::<_, std::io::Error>(x + 1) })
+    ///     .expect("a UDF");
+    /// let chain = Chain::from_values(&[1u64, 2, 3]).udf(udf);
+    /// # drop(chain);
+    /// ```
+    pub fn udf(self, udf: impl Into<Udf>) -> Self {
+        self.add_udf(Ok(udf.into()))
+    }
+
+    fn add_udf(self, kind: Result<Udf, UdfError>) -> Self {
         match kind {
             Ok(kind) => {
                 let settings = self.settings.clone();
@@ -352,13 +363,12 @@ impl Chain {
         F: Fn(I) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = std::result::Result<O, E>> + Send,
     {
-        let udf = map_fn(params, output, f).map(UdfKind::Map);
-        self.udf(udf)
+        self.add_udf(Udf::map(params, output, f))
     }
 
     /// Adds a map UDF given as a [`Mapper`] (e.g. one of [`udfs::builtins`](crate::udfs::builtins)).
     pub fn map_udf(self, udf: Arc<dyn Mapper>) -> Self {
-        self.udf(Ok(UdfKind::Map(udf)))
+        self.udf(Udf::Map(udf))
     }
 
     /// Expands each row into the values of the stream `f(file)` returns.
@@ -395,13 +405,12 @@ impl Chain {
         F: Fn(I) -> S + Send + Sync + 'static,
         S: futures::Stream<Item = std::result::Result<O, E>> + Send + 'static,
     {
-        let udf = gen_fn(params, output, f).map(UdfKind::Gen);
-        self.udf(udf)
+        self.add_udf(Udf::r#gen(params, output, f))
     }
 
     /// Adds a gen UDF given as a [`Generator`].
     pub fn gen_udf(self, udf: Arc<dyn Generator>) -> Self {
-        self.udf(Ok(UdfKind::Gen(udf)))
+        self.udf(Udf::Gen(udf))
     }
 
     /// Adds column `output` computed `batch_size` rows at a time: `async fn(Vec<File>) -> Result<Vec<O>>`.
@@ -425,13 +434,12 @@ impl Chain {
         F: Fn(Vec<I>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = std::result::Result<Vec<O>, E>> + Send,
     {
-        let udf = batch_map_fn(params, output, f).map(UdfKind::BatchMap);
-        self.udf(udf)
+        self.add_udf(Udf::batch_map(params, output, f))
     }
 
     /// Adds a batch_map UDF given as a [`BatchMapper`].
     pub fn batch_map_udf(self, udf: Arc<dyn BatchMapper>) -> Self {
-        self.udf(Ok(UdfKind::BatchMap(udf)))
+        self.udf(Udf::BatchMap(udf))
     }
 
     /// One call per group of rows with equal `partition_by` values, reading
@@ -450,12 +458,7 @@ impl Chain {
         F: Fn(Vec<I>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = std::result::Result<Vec<O>, E>> + Send,
     {
-        let keys = partition_by.iter().map(|s| s.to_string()).collect();
-        let udf = agg_fn(params, output, f).map(|udf| UdfKind::Agg {
-            udf,
-            partition_by: keys,
-        });
-        self.udf(udf)
+        self.add_udf(Udf::agg(partition_by, params, output, f))
     }
 
     /// Declares the version of the UDF added last (e.g. `.map(..).version("2")`):
@@ -477,7 +480,7 @@ impl Chain {
     /// Adds an agg UDF given as an [`Aggregator`], over groups of the columns `partition_by`.
     pub fn agg_udf(self, partition_by: &[&str], udf: Arc<dyn Aggregator>) -> Self {
         let partition_by = partition_by.iter().map(|s| s.to_string()).collect();
-        self.udf(Ok(UdfKind::Agg { udf, partition_by }))
+        self.udf(Udf::Agg { udf, partition_by })
     }
 }
 

@@ -53,7 +53,8 @@ use super::registry::{UdfRegistry, placeholder};
 use super::reruns::one_read_per_map_output;
 use crate::error::Error;
 use crate::plan::{
-    PrefetchExec, PrefetchOptions, UdfKind, UdfNode, prefetch_options, udf_exec, udf_exec_parts,
+    Instance, PrefetchExec, PrefetchOptions, Udf, UdfNode, prefetch_options, udf_exec,
+    udf_exec_parts,
 };
 use crate::settings::{OnError, Prefetch, Settings};
 use crate::storage::{ListingExec, StorageTable};
@@ -121,7 +122,7 @@ struct WireUdf {
 }
 
 impl WireUdf {
-    fn new(kind: &UdfKind, settings: &Settings) -> DfResult<Self> {
+    fn new(kind: &Udf, settings: &Settings) -> DfResult<Self> {
         let sig = kind.signature();
         let mut fields = vec![sig.output.clone()];
         if let Some(t) = &sig.input {
@@ -133,7 +134,7 @@ impl WireUdf {
             params: sig.params.clone(),
             types: ipc(&Schema::new(fields), &[])?,
             partition_by: match kind {
-                UdfKind::Agg { partition_by, .. } => partition_by.clone(),
+                Udf::Agg { partition_by, .. } => partition_by.clone(),
                 _ => vec![],
             },
             settings: WireSettings::new(settings),
@@ -439,6 +440,11 @@ pub struct PhysicalCodec {
     root: Option<PathBuf>,
     /// On an executor: stops its udfchain operators when their job stops.
     watch: Option<Arc<JobWatch>>,
+    /// On an executor: the state of each UDF with a lifecycle its tasks
+    /// resolved, kept while the executor runs, so that a model is set up
+    /// once per executor process, not once per task (torn down when the
+    /// executor stops and drops its codec).
+    kept: std::sync::Mutex<Vec<Arc<Instance>>>,
     inner: BallistaPhysicalExtensionCodec,
 }
 
@@ -459,6 +465,7 @@ impl PhysicalCodec {
             node: node.to_string(),
             root,
             watch: None,
+            kept: Default::default(),
             inner: BallistaPhysicalExtensionCodec::default(),
         }
     }
@@ -477,13 +484,22 @@ impl PhysicalCodec {
         }
     }
 
-    fn udf(&self, wire: &WireUdf) -> DfResult<UdfKind> {
+    fn udf(&self, wire: &WireUdf) -> DfResult<Udf> {
         let sig = wire.signature()?;
         match &self.registry {
             // Ballista reports a task's error with `{:?}`: keep it readable.
-            Some(r) => r
-                .resolve(&wire.kind, &sig, &wire.partition_by, &self.node)
-                .map_err(|e| DataFusionError::Execution(e.to_string())),
+            Some(r) => {
+                let kind = r
+                    .resolve(&wire.kind, &sig, &wire.partition_by, &self.node)
+                    .map_err(|e| DataFusionError::Execution(e.to_string()))?;
+                if kind.lifecycle().is_some() {
+                    let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+                    if !kept.iter().any(|i| i.key() == kind.address()) {
+                        kept.push(Instance::of(&kind));
+                    }
+                }
+                Ok(kind)
+            }
             None => placeholder(&wire.kind, &sig, &wire.partition_by).map_err(Error::into_df),
         }
     }

@@ -27,7 +27,7 @@ use super::codec::{LogicalCodec, PhysicalCodec};
 use super::job_watch::JobWatch;
 use super::registry::UdfRegistry;
 use crate::error::{Error, Result};
-use crate::plan::UdfKind;
+use crate::plan::Udf;
 
 /// How long a starting executor waits for its scheduler to accept connections.
 pub const SCHEDULER_WAIT: Duration = Duration::from_secs(10);
@@ -156,7 +156,7 @@ impl ExecutorBuilder {
     }
 
     /// Registers a UDF object under its own name.
-    pub fn register(mut self, udf: UdfKind) -> Self {
+    pub fn register(mut self, udf: Udf) -> Self {
         self.registry = self.registry.register(udf);
         self
     }

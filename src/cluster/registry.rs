@@ -22,15 +22,15 @@ use futures::stream::BoxStream;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use udfchain_udfs::{
-    Aggregator, BatchMapper, BoxError, CallError, EachRow, Generator, Mapper, Signature, UdfError,
-    agg_fn, batch_map_fn, gen_fn, map_fn,
+    Aggregator, BatchMapper, BoxError, CallError, EachRow, Generator, Lifecycle, Mapper, Signature,
+    UdfError, agg_fn, batch_map_fn, gen_fn, map_fn,
 };
 
 use crate::error::{Error, Result};
-use crate::plan::UdfKind;
+use crate::plan::Udf;
 
 /// Builds a UDF for the params and output column a plan names.
-type Make = Arc<dyn Fn(&[&str], &str) -> Result<UdfKind, UdfError> + Send + Sync>;
+type Make = Arc<dyn Fn(&[&str], &str) -> Result<Udf, UdfError> + Send + Sync>;
 
 /// UDFs by name, with the kind each one is.
 #[derive(Clone, Default)]
@@ -61,7 +61,7 @@ impl UdfRegistry {
                 "map",
                 Arc::new(move |params: &[&str], output: &str| {
                     let param = params.first().copied().unwrap_or("file");
-                    b.make(param, output).map(UdfKind::Map)
+                    b.make(param, output).map(Udf::Map)
                 }),
             );
         }
@@ -92,7 +92,7 @@ impl UdfRegistry {
             "map",
             Arc::new(move |params: &[&str], output: &str| {
                 let f = Arc::clone(&f);
-                map_fn(params, output, move |i: I| f(i)).map(UdfKind::Map)
+                map_fn(params, output, move |i: I| f(i)).map(Udf::Map)
             }),
         );
         self
@@ -113,7 +113,7 @@ impl UdfRegistry {
             "gen",
             Arc::new(move |params: &[&str], output: &str| {
                 let f = Arc::clone(&f);
-                gen_fn(params, output, move |i: I| f(i)).map(UdfKind::Gen)
+                gen_fn(params, output, move |i: I| f(i)).map(Udf::Gen)
             }),
         );
         self
@@ -134,7 +134,7 @@ impl UdfRegistry {
             "batch_map",
             Arc::new(move |params: &[&str], output: &str| {
                 let f = Arc::clone(&f);
-                batch_map_fn(params, output, move |i: Vec<I>| f(i)).map(UdfKind::BatchMap)
+                batch_map_fn(params, output, move |i: Vec<I>| f(i)).map(Udf::BatchMap)
             }),
         );
         self
@@ -155,7 +155,7 @@ impl UdfRegistry {
             "agg",
             Arc::new(move |params: &[&str], output: &str| {
                 let f = Arc::clone(&f);
-                agg_fn(params, output, move |i: Vec<I>| f(i)).map(|udf| UdfKind::Agg {
+                agg_fn(params, output, move |i: Vec<I>| f(i)).map(|udf| Udf::Agg {
                     udf,
                     partition_by: vec![],
                 })
@@ -166,7 +166,7 @@ impl UdfRegistry {
 
     /// Registers a UDF object under its signature's name, as it is: plans
     /// naming it must read its params and write its output column.
-    pub fn register(mut self, udf: UdfKind) -> Self {
+    pub fn register(mut self, udf: Udf) -> Self {
         let name = udf.signature().name.clone();
         let kind = udf.kind_name();
         self.insert(
@@ -196,7 +196,7 @@ impl UdfRegistry {
         sig: &Signature,
         partition_by: &[String],
         node: &str,
-    ) -> Result<UdfKind> {
+    ) -> Result<Udf> {
         let unknown = |reason: String| Error::UnknownUdf {
             udf: sig.name.clone(),
             node: node.to_string(),
@@ -229,13 +229,13 @@ impl UdfRegistry {
 }
 
 /// `made`, carrying the plan's signature (name included) and keys.
-fn renamed(made: UdfKind, sig: &Signature, partition_by: &[String]) -> UdfKind {
+fn renamed(made: Udf, sig: &Signature, partition_by: &[String]) -> Udf {
     let sig = sig.clone();
     match made {
-        UdfKind::Map(inner) => UdfKind::Map(Arc::new(Named { sig, inner })),
-        UdfKind::Gen(inner) => UdfKind::Gen(Arc::new(Named { sig, inner })),
-        UdfKind::BatchMap(inner) => UdfKind::BatchMap(Arc::new(Named { sig, inner })),
-        UdfKind::Agg { udf, .. } => UdfKind::Agg {
+        Udf::Map(inner) => Udf::Map(Arc::new(Named { sig, inner })),
+        Udf::Gen(inner) => Udf::Gen(Arc::new(Named { sig, inner })),
+        Udf::BatchMap(inner) => Udf::BatchMap(Arc::new(Named { sig, inner })),
+        Udf::Agg { udf, .. } => Udf::Agg {
             udf: Arc::new(Named { sig, inner: udf }),
             partition_by: partition_by.to_vec(),
         },
@@ -269,6 +269,12 @@ impl Mapper for Named<dyn Mapper> {
     ) -> Result<EachRow, CallError> {
         self.inner.map_each(input, stop_at_error).await
     }
+    fn lifecycle(&self) -> Option<&dyn Lifecycle> {
+        self.inner.lifecycle()
+    }
+    fn concurrency(&self) -> Option<usize> {
+        self.inner.concurrency()
+    }
 }
 
 impl Generator for Named<dyn Generator> {
@@ -282,6 +288,12 @@ impl Generator for Named<dyn Generator> {
     ) -> BoxStream<'static, Result<ArrayRef, CallError>> {
         self.inner.generate(input, max_rows)
     }
+    fn lifecycle(&self) -> Option<&dyn Lifecycle> {
+        self.inner.lifecycle()
+    }
+    fn concurrency(&self) -> Option<usize> {
+        self.inner.concurrency()
+    }
 }
 
 #[async_trait]
@@ -291,6 +303,12 @@ impl BatchMapper for Named<dyn BatchMapper> {
     }
     async fn map_batch(&self, input: RecordBatch) -> Result<ArrayRef, CallError> {
         self.inner.map_batch(input).await
+    }
+    fn lifecycle(&self) -> Option<&dyn Lifecycle> {
+        self.inner.lifecycle()
+    }
+    fn concurrency(&self) -> Option<usize> {
+        self.inner.concurrency()
     }
 }
 
@@ -302,17 +320,23 @@ impl Aggregator for Named<dyn Aggregator> {
     async fn aggregate(&self, group: RecordBatch) -> Result<ArrayRef, CallError> {
         self.inner.aggregate(group).await
     }
+    fn lifecycle(&self) -> Option<&dyn Lifecycle> {
+        self.inner.lifecycle()
+    }
+    fn concurrency(&self) -> Option<usize> {
+        self.inner.concurrency()
+    }
 }
 
 /// The UDF a plan names, on a node that plans but never runs UDFs (the
 /// scheduler): its signature, and an error if it is ever called.
-pub(crate) fn placeholder(kind: &str, sig: &Signature, partition_by: &[String]) -> Result<UdfKind> {
+pub(crate) fn placeholder(kind: &str, sig: &Signature, partition_by: &[String]) -> Result<Udf> {
     let p = Arc::new(Placeholder { sig: sig.clone() });
     Ok(match kind {
-        "map" => UdfKind::Map(p),
-        "gen" => UdfKind::Gen(p),
-        "batch_map" => UdfKind::BatchMap(p),
-        "agg" => UdfKind::Agg {
+        "map" => Udf::Map(p),
+        "gen" => Udf::Gen(p),
+        "batch_map" => Udf::BatchMap(p),
+        "agg" => Udf::Agg {
             udf: p,
             partition_by: partition_by.to_vec(),
         },

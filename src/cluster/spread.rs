@@ -28,7 +28,7 @@ use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties, Partitioning};
 use udfchain_udfs::File;
 
-use crate::plan::{UdfKind, udf_exec_parts};
+use crate::plan::{Udf, udf_exec_parts};
 
 /// `node` with its children merged into one partition where it requires one
 /// (a `SortExec` that does not keep partitions, a single-mode aggregate, a
@@ -82,7 +82,7 @@ impl PhysicalOptimizerRule for Spread {
                 return single_where_required(node);
             };
             let workers = parts.settings.get_workers();
-            if workers <= 1 || matches!(parts.kind, UdfKind::Agg { .. }) {
+            if workers <= 1 || matches!(parts.kind, Udf::Agg { .. }) {
                 return Ok(Transformed::no(node));
             }
             let Some(child) = node.children().first().map(|c| Arc::clone(c)) else {

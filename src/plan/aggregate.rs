@@ -143,7 +143,7 @@ impl ExecutionPlan for AggregateExec {
                     part.call.release(&part.local, &group);
                     let values: ArrayRef = match result {
                         Ok(v) => v,
-                        Err(f) => match part.call.on_error {
+                        Err(f) => match part.call.on_error_for(&f) {
                             OnError::Fail => return Err(part.call.locate(f, &group, base)),
                             OnError::Skip => {
                                 return Done::dropped(part.skips(

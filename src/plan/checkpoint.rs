@@ -20,7 +20,8 @@ use datafusion::logical_expr::UserDefinedLogicalNodeCore;
 use sha2::{Digest, Sha256};
 
 use super::memo::Memo;
-use super::node::{UdfKind, UdfNode};
+use super::node::UdfNode;
+use super::udf::Udf;
 use crate::error::Result;
 use crate::runtime::blocking;
 
@@ -39,7 +40,7 @@ impl Checkpoint {
     /// The memo of `node`'s UDF over an input of `schema`, its kept results
     /// read; `None` for a UDF that keeps nothing (see the module header).
     pub async fn memo(&self, node: &UdfNode, schema: &SchemaRef) -> Result<Option<Arc<Memo>>> {
-        if !matches!(node.kind, UdfKind::Map(_) | UdfKind::BatchMap(_)) {
+        if !matches!(node.kind, Udf::Map(_) | Udf::BatchMap(_)) {
             return Ok(None);
         }
         let sig = node.kind.signature();

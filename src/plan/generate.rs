@@ -181,7 +181,7 @@ impl GenState {
             };
             let job = self.jobs.remove(i)?;
             self.part.call.release(&self.part.local, &job.row);
-            match self.part.call.on_error {
+            match self.part.call.on_error_for(&failure) {
                 OnError::Fail => {
                     return Some(Err(self.part.call.locate(
                         failure,

@@ -15,49 +15,18 @@ use datafusion::arrow::datatypes::Field;
 use datafusion::common::{DFSchema, DFSchemaRef};
 use datafusion::error::Result as DfResult;
 use datafusion::logical_expr::{Expr, Extension, LogicalPlan, UserDefinedLogicalNodeCore};
-use udfchain_udfs::{Aggregator, BatchMapper, Generator, Mapper, Signature, check_input_type};
+use udfchain_udfs::check_input_type;
+
+use super::udf::Udf;
 
 use crate::error::{Error, Result};
 use crate::settings::Settings;
-
-/// Which kind of UDF, with the UDF itself.
-#[derive(Debug, Clone)]
-pub enum UdfKind {
-    Map(Arc<dyn Mapper>),
-    Gen(Arc<dyn Generator>),
-    BatchMap(Arc<dyn BatchMapper>),
-    Agg {
-        udf: Arc<dyn Aggregator>,
-        partition_by: Vec<String>,
-    },
-}
-
-impl UdfKind {
-    pub fn signature(&self) -> &Signature {
-        match self {
-            Self::Map(u) => u.signature(),
-            Self::Gen(u) => u.signature(),
-            Self::BatchMap(u) => u.signature(),
-            Self::Agg { udf, .. } => udf.signature(),
-        }
-    }
-
-    /// `map`, `gen`, `batch_map` or `agg`.
-    pub fn kind_name(&self) -> &'static str {
-        match self {
-            Self::Map(_) => "map",
-            Self::Gen(_) => "gen",
-            Self::BatchMap(_) => "batch_map",
-            Self::Agg { .. } => "agg",
-        }
-    }
-}
 
 /// A UDF applied to its input plan, with the settings captured when it was added.
 #[derive(Debug, Clone)]
 pub struct UdfNode {
     id: u64,
-    pub kind: UdfKind,
+    pub kind: Udf,
     pub settings: Settings,
     pub input: LogicalPlan,
     schema: DFSchemaRef,
@@ -65,7 +34,7 @@ pub struct UdfNode {
 
 impl UdfNode {
     /// Checks the UDF against `input`'s schema and builds the node.
-    pub fn try_new(input: LogicalPlan, kind: UdfKind, settings: Settings) -> Result<Self> {
+    pub fn try_new(input: LogicalPlan, kind: Udf, settings: Settings) -> Result<Self> {
         let schema = output_schema(&input, &kind)?;
         static NEXT: AtomicU64 = AtomicU64::new(0);
         Ok(Self {
@@ -84,7 +53,7 @@ impl UdfNode {
     }
 }
 
-fn output_schema(input: &LogicalPlan, kind: &UdfKind) -> Result<DFSchemaRef> {
+fn output_schema(input: &LogicalPlan, kind: &Udf) -> Result<DFSchemaRef> {
     let sig = kind.signature();
     let in_schema = input.schema();
     let udf = &sig.name;
@@ -121,7 +90,7 @@ fn output_schema(input: &LogicalPlan, kind: &UdfKind) -> Result<DFSchemaRef> {
     }
     let out_name = sig.output.name();
     let mut fields: Vec<(Option<datafusion::common::TableReference>, Arc<Field>)> = match kind {
-        UdfKind::Agg { partition_by, .. } => {
+        Udf::Agg { partition_by, .. } => {
             let mut keys = Vec::with_capacity(partition_by.len());
             for k in partition_by {
                 let idx = in_schema.index_of_column_by_name(None, k).ok_or_else(|| {
@@ -198,7 +167,7 @@ impl UserDefinedLogicalNodeCore for UdfNode {
             sig.params.join(", "),
             sig.output.name()
         )?;
-        if let UdfKind::Agg { partition_by, .. } = &self.kind {
+        if let Udf::Agg { partition_by, .. } = &self.kind {
             write!(f, ", partition_by=[{}]", partition_by.join(", "))?;
         }
         if let Some(version) = self.settings.get_udf_version() {

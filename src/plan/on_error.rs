@@ -230,7 +230,7 @@ impl<U: ?Sized> CallContext<U> {
                         failed,
                     });
                 }
-                Err(f) if self.call.on_error == OnError::Fail => {
+                Err(f) if self.call.on_error_for(&f) == OnError::Fail => {
                     return Err(self.call.locate(f, &sub, base));
                 }
                 Err(Failure { row: Some(r), .. }) if r < rows.len() && rows.len() > 1 => {
@@ -294,7 +294,7 @@ impl<U: ?Sized> CallContext<U> {
         };
         let EachRow { values, outcomes } = match whole {
             Ok(each) => each,
-            Err(f) if fail_fast => return Err(self.call.locate(f, batch, base)),
+            Err(f) if fail_fast || f.is_setup() => return Err(self.call.locate(f, batch, base)),
             Err(_) => {
                 return Ok(Isolated {
                     rows: Vec::new(),
@@ -307,16 +307,19 @@ impl<U: ?Sized> CallContext<U> {
         for (r, outcome) in outcomes.into_iter().enumerate() {
             match outcome {
                 Ok(()) => rows.push(r),
-                Err(e) if fail_fast => {
+                Err(e) => {
                     let failure = Failure {
                         row: None,
                         error: self.call.error(None, None, Arc::from(e.source)),
                     };
+                    if !fail_fast && !failure.is_setup() {
+                        failed.push(r);
+                        continue;
+                    }
                     return Err(self
                         .call
                         .locate(failure, &batch.slice(r, 1), base + r as u64));
                 }
-                Err(_) => failed.push(r),
             }
         }
         Ok(Isolated {

@@ -19,11 +19,13 @@ use super::aggregate::AggregateExec;
 use super::batch_map::BatchMapExec;
 use super::checkpoint::Checkpoint;
 use super::generate::GenerateExec;
+use super::lifecycle::Instance;
 use super::map::MapExec;
 use super::memo::Memo;
-use super::node::{UdfKind, UdfNode};
+use super::node::UdfNode;
 use super::operator::UdfOperator;
 use super::prefetch::{PrefetchExec, PrefetchOptions};
+use super::udf::Udf;
 use super::udf_call::UdfCall;
 use crate::error::Error;
 use crate::settings::{Prefetch, Settings};
@@ -117,7 +119,7 @@ pub fn prefetch_options(s: &Settings, ordered: bool) -> PrefetchOptions {
 }
 
 /// Indices of the params holding `File`s in `in_schema`.
-fn file_params(kind: &UdfKind, in_schema: &SchemaRef) -> Vec<usize> {
+fn file_params(kind: &Udf, in_schema: &SchemaRef) -> Vec<usize> {
     kind.signature()
         .params
         .iter()
@@ -133,9 +135,9 @@ fn column_index(udf: &str, in_schema: &SchemaRef, name: &str) -> DfResult<usize>
 }
 
 /// The partition keys of an aggregate (none for other kinds).
-fn key_columns(kind: &UdfKind, in_schema: &SchemaRef) -> DfResult<Vec<(usize, String)>> {
+fn key_columns(kind: &Udf, in_schema: &SchemaRef) -> DfResult<Vec<(usize, String)>> {
     let mut keys = Vec::new();
-    if let UdfKind::Agg { partition_by, .. } = kind {
+    if let Udf::Agg { partition_by, .. } = kind {
         for k in partition_by {
             keys.push((
                 column_index(&kind.signature().name, in_schema, k)?,
@@ -152,7 +154,7 @@ fn key_columns(kind: &UdfKind, in_schema: &SchemaRef) -> DfResult<Vec<(usize, St
 /// codec (which rebuilds operators from a UDF, its settings and its decoded
 /// input; no checkpoint on a cluster) build operators only through this.
 pub fn udf_exec(
-    kind: &UdfKind,
+    kind: &Udf,
     s: &Settings,
     input: Arc<dyn ExecutionPlan>,
     prefetched: bool,
@@ -187,31 +189,32 @@ pub fn udf_exec(
         .with_cache(s.cache_dir(), s.get_cache_limit(), s.get_cache())
         .with_ordered(s.get_ordered())
         .with_settings(s.clone())
-        .with_memo(memo),
+        .with_memo(memo)
+        .with_instance(Instance::of(kind)),
     );
     let exec: Arc<dyn ExecutionPlan> = match kind {
-        UdfKind::Map(udf) => Arc::new(MapExec::new(
+        Udf::Map(udf) => Arc::new(MapExec::new(
             input,
             Arc::clone(udf),
             call,
             prefetched,
             schema,
         )),
-        UdfKind::Gen(udf) => Arc::new(GenerateExec::new(
+        Udf::Gen(udf) => Arc::new(GenerateExec::new(
             input,
             Arc::clone(udf),
             call,
             prefetched,
             schema,
         )),
-        UdfKind::BatchMap(udf) => Arc::new(BatchMapExec::new(
+        Udf::BatchMap(udf) => Arc::new(BatchMapExec::new(
             input,
             Arc::clone(udf),
             call,
             prefetched,
             schema,
         )),
-        UdfKind::Agg { udf, .. } => {
+        Udf::Agg { udf, .. } => {
             let keys = key_columns(kind, &in_schema)?;
             Arc::new(AggregateExec::new(
                 input,
@@ -229,7 +232,7 @@ pub fn udf_exec(
 /// What a UDF operator was built from (see [`udf_exec`]), for codecs.
 #[derive(Debug, Clone)]
 pub struct UdfExecParts {
-    pub kind: UdfKind,
+    pub kind: Udf,
     pub settings: Settings,
     /// Its input is the `PrefetchExec` that fetches its files.
     pub prefetched: bool,
@@ -238,7 +241,7 @@ pub struct UdfExecParts {
 
 /// The parts of `plan` when it is a UDF operator.
 pub fn udf_exec_parts(plan: &dyn ExecutionPlan) -> Option<UdfExecParts> {
-    fn parts<U: ?Sized>(op: &UdfOperator<U>, kind: UdfKind) -> UdfExecParts {
+    fn parts<U: ?Sized>(op: &UdfOperator<U>, kind: Udf) -> UdfExecParts {
         UdfExecParts {
             kind,
             settings: op.call.settings.clone(),
@@ -247,16 +250,16 @@ pub fn udf_exec_parts(plan: &dyn ExecutionPlan) -> Option<UdfExecParts> {
         }
     }
     if let Some(e) = plan.downcast_ref::<MapExec>() {
-        return Some(parts(e.op(), UdfKind::Map(Arc::clone(&e.op().udf))));
+        return Some(parts(e.op(), Udf::Map(Arc::clone(&e.op().udf))));
     }
     if let Some(e) = plan.downcast_ref::<GenerateExec>() {
-        return Some(parts(e.op(), UdfKind::Gen(Arc::clone(&e.op().udf))));
+        return Some(parts(e.op(), Udf::Gen(Arc::clone(&e.op().udf))));
     }
     if let Some(e) = plan.downcast_ref::<BatchMapExec>() {
-        return Some(parts(e.op(), UdfKind::BatchMap(Arc::clone(&e.op().udf))));
+        return Some(parts(e.op(), Udf::BatchMap(Arc::clone(&e.op().udf))));
     }
     if let Some(e) = plan.downcast_ref::<AggregateExec>() {
-        let kind = UdfKind::Agg {
+        let kind = Udf::Agg {
             udf: Arc::clone(&e.op().udf),
             partition_by: e.keys().iter().map(|(_, k)| k.clone()).collect(),
         };

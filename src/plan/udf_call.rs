@@ -21,6 +21,7 @@ use datafusion::execution::TaskContext;
 use tokio::sync::Semaphore;
 use udfchain_udfs::{CallError, File, FileSource, with_file_source};
 
+use super::lifecycle::{Instance, setup_failed};
 use super::memo::Memo;
 use super::skip_list::SkipList;
 use crate::cache::{LocalCopies, SharedCache, StoreSource};
@@ -55,6 +56,9 @@ pub struct UdfCall {
     pub memo: Option<Arc<Memo>>,
     /// The recent time per row of calls made row by row in one task.
     row_cost: RowCost,
+    /// The UDF's state in this process: set up before its first call, its
+    /// `concurrency` bound held by each call.
+    instance: Option<Arc<Instance>>,
 }
 
 /// A call of rows made one by one in one task aims at about this long: long
@@ -106,6 +110,29 @@ pub struct Failure {
     pub error: Error,
 }
 
+impl Failure {
+    /// The UDF's setup failed: the run fails, whatever `on_error` says.
+    pub fn is_setup(&self) -> bool {
+        setup_failed(&self.error)
+    }
+}
+
+/// A setup's error on its way out of a call's task (already shared by the
+/// calls that waited for the setup).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct SetupError(crate::error::Source);
+
+impl SetupError {
+    /// The setup's own error out of a boxed `SetupError`.
+    fn into_source(e: udfchain_udfs::BoxError) -> crate::error::Source {
+        match e.downcast::<SetupError>() {
+            Ok(s) => s.0,
+            Err(other) => Arc::from(other),
+        }
+    }
+}
+
 /// The source of a failure of a call of several rows that did not say which
 /// row failed: the error names the call's first row and this says how many
 /// rows the call had.
@@ -147,7 +174,14 @@ impl UdfCall {
             settings: Settings::new(),
             memo: None,
             row_cost: RowCost::default(),
+            instance: None,
         }
+    }
+
+    /// Calls set up `instance` first and hold its `concurrency` bound.
+    pub fn with_instance(mut self, instance: Arc<Instance>) -> Self {
+        self.instance = Some(instance);
+        self
     }
 
     /// The recent time per row of this UDF's calls made row by row.
@@ -265,9 +299,25 @@ impl UdfCall {
         T: Send + 'static,
         F: Future<Output = Result<T, CallError>> + Send + 'static,
     {
-        let task = spawn_udf(with_file_source(source, fut));
+        let instance = self.instance.clone();
+        let task = spawn_udf(with_file_source(source, async move {
+            let _permit = match &instance {
+                Some(i) => {
+                    i.ready()
+                        .await
+                        .map_err(|e| CallError::whole(SetupError(e)))?;
+                    i.permit().await
+                }
+                None => None,
+            };
+            fut.await
+        }));
         match task.await {
             Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) if e.source.is::<SetupError>() => Err(Failure {
+                row: None,
+                error: self.error(None, None, SetupError::into_source(e.source)),
+            }),
             Ok(Err(e)) => Err(Failure {
                 row: e.row,
                 error: self.error(None, None, Arc::from(e.source)),
@@ -276,6 +326,16 @@ impl UdfCall {
                 row: None,
                 error: self.error(None, None, Arc::new(std::io::Error::other(panic))),
             }),
+        }
+    }
+
+    /// What happens on `f`: this UDF's `on_error`, or `fail` when its
+    /// setup failed (a setup is not a row).
+    pub fn on_error_for(&self, f: &Failure) -> OnError {
+        if f.is_setup() {
+            OnError::Fail
+        } else {
+            self.on_error
         }
     }
 
@@ -297,6 +357,9 @@ impl UdfCall {
     /// row is row `row_base` of the partition) and converts it for DataFusion.
     /// A failure of several rows without a row names the first one.
     pub fn locate(&self, f: Failure, batch: &RecordBatch, row_base: u64) -> DataFusionError {
+        if f.is_setup() {
+            return f.error.into_df();
+        }
         let rows = batch.num_rows();
         let (row, whole) = match f.row {
             Some(r) if r < rows => (r, false),

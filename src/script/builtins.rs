@@ -46,7 +46,7 @@ use datafusion::optimizer::AnalyzerRule;
 use udfchain_udfs::builtins::{file_size, image_size, line_count, md5, read_text, sha256};
 use udfchain_udfs::{File, Mapper, UdfError, map_fn};
 
-use crate::plan::{UdfKind, UdfNode};
+use crate::plan::{Udf, UdfNode};
 use crate::settings::Settings;
 use crate::util::lock::lock;
 
@@ -584,7 +584,7 @@ impl Rewriter {
         if b.header_only {
             s = s.prefetch(0);
         }
-        inputs[i] = attach(input, &param, UdfKind::Map(udf), s)?;
+        inputs[i] = attach(input, &param, Udf::Map(udf), s)?;
         self.made.push(Made {
             udf: name.clone(),
             arg: c,
@@ -597,7 +597,7 @@ impl Rewriter {
 /// A UDF node on `input`, placed below the correlated filters at its top (a
 /// subquery's filter over columns of the enclosing query) so the optimizer can
 /// still pull them up into a join.
-fn attach(input: LogicalPlan, param: &str, kind: UdfKind, s: Settings) -> DfResult<LogicalPlan> {
+fn attach(input: LogicalPlan, param: &str, kind: Udf, s: Settings) -> DfResult<LogicalPlan> {
     match input {
         LogicalPlan::Filter(f)
             if f.predicate.contains_outer()

@@ -34,7 +34,7 @@ use crate::cache::StoreSource;
 use crate::chain::{Delta, DeltaSource};
 use crate::dataset::Catalog;
 use crate::error::Error;
-use crate::plan::{UdfKind, UdfNode};
+use crate::plan::{Udf, UdfNode};
 use crate::settings::Settings;
 use crate::storage::StorageTable;
 use crate::util::lock::lock;
@@ -152,14 +152,14 @@ impl TableFunctionImpl for TableFn {
                 let plan_err = |e: udfchain_udfs::UdfError| DataFusionError::Plan(e.to_string());
                 if let Kind::WebDataset = self.kind {
                     let udf = gen_fn(&["file"], "sample", webdataset_samples).map_err(plan_err)?;
-                    let node = UdfNode::try_new(scan, UdfKind::Gen(udf), settings)
-                        .map_err(Error::into_df)?;
+                    let node =
+                        UdfNode::try_new(scan, Udf::Gen(udf), settings).map_err(Error::into_df)?;
                     return Ok(Arc::new(ViewTable::new(node.into_plan(), None)));
                 }
                 // One row per member: the entry struct split into `member` and `name`.
                 let udf = gen_fn(&["file"], "entry", tar_entries).map_err(plan_err)?;
                 let node =
-                    UdfNode::try_new(scan, UdfKind::Gen(udf), settings).map_err(Error::into_df)?;
+                    UdfNode::try_new(scan, Udf::Gen(udf), settings).map_err(Error::into_df)?;
                 let plan = LogicalPlanBuilder::from(node.into_plan())
                     .project([
                         col("file"),
@@ -213,7 +213,7 @@ impl TableFunctionImpl for TableFn {
                     .build()?;
                 let udf = ParquetRows::udf("file", "row", schema);
                 let node =
-                    UdfNode::try_new(scan, UdfKind::Gen(udf), settings).map_err(Error::into_df)?;
+                    UdfNode::try_new(scan, Udf::Gen(udf), settings).map_err(Error::into_df)?;
                 Ok(Arc::new(ViewTable::new(node.into_plan(), None)))
             }
             Kind::Dataset => {

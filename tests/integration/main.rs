@@ -14,6 +14,7 @@ mod first_run;
 mod fuzz;
 mod keys;
 mod layers;
+mod lifecycle;
 mod loader;
 mod on_error;
 mod pipeline;

@@ -36,6 +36,13 @@ pub enum UdfError {
         /// What is wrong with it.
         reason: String,
     },
+    /// The UDF's setup failed: the run fails, whatever `on_error` says.
+    #[error("setup failed: {source}")]
+    Setup {
+        /// What the setup returned or raised.
+        #[source]
+        source: BoxError,
+    },
     /// A UDF broke its contract (e.g. a batch mapper returned the wrong number of values).
     #[error("{0}")]
     Contract(String),

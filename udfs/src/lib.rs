@@ -49,7 +49,8 @@ pub use error::{BoxError, CallError, UdfError, panic_message};
 pub use file::{File, FileReader, FileSource, Member, current_source, with_file_source};
 pub use signature::{Signature, check_input_type};
 pub use udf::{
-    Aggregator, BatchMapper, EachRow, Generator, Mapper, agg_fn, batch_map_fn, gen_fn, map_fn,
+    Aggregator, BatchMapper, EachRow, Generator, Lifecycle, Mapper, State, Stateful, agg_fn,
+    agg_with, batch_map_fn, batch_map_with, gen_fn, gen_with, map_fn, map_with,
 };
 pub use url_file::FileFromUrl;
 

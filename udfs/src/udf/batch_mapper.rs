@@ -9,6 +9,7 @@ use datafusion::arrow::array::{ArrayRef, RecordBatch};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use super::Lifecycle;
 use crate::codec::{decode_rows, encode_column};
 use crate::error::{BoxError, CallError, UdfError};
 use crate::signature::Signature;
@@ -20,6 +21,17 @@ pub trait BatchMapper: Send + Sync + Debug {
     fn signature(&self) -> &Signature;
     /// Returns exactly one value per row of `input`, in order.
     async fn map_batch(&self, input: RecordBatch) -> Result<ArrayRef, CallError>;
+
+    /// The UDF's setup and teardown, when it holds state (see [`Lifecycle`]).
+    fn lifecycle(&self) -> Option<&dyn Lifecycle> {
+        None
+    }
+
+    /// At most this many calls of the UDF at once in this process, when it
+    /// says (besides the run's `parallel`).
+    fn concurrency(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// Wraps `async fn(Vec<I>) -> Result<Vec<O>, E>` as a [`BatchMapper`]. The

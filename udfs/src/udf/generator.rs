@@ -9,6 +9,7 @@ use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use super::Lifecycle;
 use crate::codec::{decode_rows, encode_column};
 use crate::error::{BoxError, CallError, UdfError};
 use crate::signature::Signature;
@@ -24,6 +25,17 @@ pub trait Generator: Send + Sync + Debug {
         input: RecordBatch,
         max_rows: usize,
     ) -> BoxStream<'static, Result<ArrayRef, CallError>>;
+
+    /// The UDF's setup and teardown, when it holds state (see [`Lifecycle`]).
+    fn lifecycle(&self) -> Option<&dyn Lifecycle> {
+        None
+    }
+
+    /// At most this many calls of the UDF at once in this process, when it
+    /// says (besides the run's `parallel`).
+    fn concurrency(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// Wraps `fn(I) -> impl Stream<Item = Result<O, E>>` as a [`Generator`].

@@ -12,6 +12,7 @@ use futures::FutureExt;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use super::Lifecycle;
 use crate::codec::{decode_rows, encode_column};
 use crate::error::{BoxError, CallError, UdfError, panic_error};
 use crate::signature::Signature;
@@ -23,6 +24,17 @@ pub trait Mapper: Send + Sync + Debug {
     fn signature(&self) -> &Signature;
     /// Returns one value per row of `input` (which holds the `params` columns), in order.
     async fn map(&self, input: RecordBatch) -> Result<ArrayRef, CallError>;
+
+    /// The UDF's setup and teardown, when it holds state (see [`Lifecycle`]).
+    fn lifecycle(&self) -> Option<&dyn Lifecycle> {
+        None
+    }
+
+    /// At most this many calls of the UDF at once in this process, when it
+    /// says (besides the run's `parallel`).
+    fn concurrency(&self) -> Option<usize> {
+        None
+    }
 
     /// Calls the UDF on each row of `input` as a call of its own, one row
     /// after another: a row's error or panic is that row's outcome and costs
