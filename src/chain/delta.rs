@@ -13,9 +13,17 @@
 //! so files deleted from the bucket drop out, changed ones are computed again
 //! and unchanged ones are neither downloaded nor passed to a UDF: the delta
 //! source is an anti-join of the listing against the previous version's keys,
-//! placed where the listing was, below every step. Keys compare with
-//! `IS NOT DISTINCT FROM` (two null `file.version`s are equal). Without a
-//! previous version the save is a full run. The listing is read twice (once
+//! placed where the listing was, below every step. Without a previous
+//! version the save is a full run.
+//!
+//! What "unchanged" means: the `on` keys are equal and so is every `compare`
+//! value, where **a null is never equal to anything** (a value that is not
+//! known never says "same": the file is computed again). The default compare
+//! is one change token per file: its ETag and version when the listing has
+//! either (`e:<etag>|v:<version>`), else its size and last-modified time
+//! (`s:<size>|m:<time>`), since some S3 servers' listings carry no ETag; a
+//! file with neither is always computed again, and a file whose token changed
+//! kind between two listings (an ETag now, none before) is too. The listing is read twice (once
 //! for the anti-join, once to keep the unchanged files' previous rows): LIST
 //! requests, never an object GET. A file the previous version has no row for
 //! (filtered out, skipped under `on_error = skip`, a `gen` that yielded
@@ -57,33 +65,90 @@ use crate::plan::{Udf, UdfNode};
 use crate::storage::{StorageTable, file_schema};
 
 /// Which rows a delta save compares: `on` identifies a file (default
-/// `file.path`), `compare` tells whether it changed (default `file.etag` and
-/// `file.version`). Names reach into struct columns with dots.
+/// `file.path`), `compare` tells whether it changed (default: the change
+/// token of the header, from `file.etag` and `file.version`, else
+/// `file.size` and `file.last_modified`). Names reach into struct columns
+/// with dots.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Delta {
     /// The dataset whose latest version is the base (`None`: the one saved).
     pub(crate) dataset: Option<String>,
     pub(crate) on: Vec<String>,
+    /// Empty: the default change token.
     pub(crate) compare: Vec<String>,
 }
+
+/// The fields of `file` the default change token reads.
+const TOKEN_FIELDS: [&str; 4] = [
+    "file.etag",
+    "file.version",
+    "file.size",
+    "file.last_modified",
+];
 
 impl Delta {
     /// `on` and `compare` as given; empty lists take the defaults.
     pub(crate) fn new(dataset: Option<String>, on: &[&str], compare: &[&str]) -> Self {
-        let or = |given: &[&str], default: &[&str]| {
-            let names = if given.is_empty() { default } else { given };
-            names.iter().map(|s| s.to_string()).collect()
-        };
+        let names = |given: &[&str]| given.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         Self {
             dataset,
-            on: or(on, &["file.path"]),
-            compare: or(compare, &["file.etag", "file.version"]),
+            on: if on.is_empty() {
+                vec!["file.path".to_string()]
+            } else {
+                names(on)
+            },
+            compare: names(compare),
         }
     }
 
-    fn keys(&self) -> impl Iterator<Item = &str> {
-        self.on.iter().chain(&self.compare).map(String::as_str)
+    /// The names of the columns the keys read.
+    fn names(&self) -> Vec<&str> {
+        let compare = if self.compare.is_empty() {
+            TOKEN_FIELDS.to_vec()
+        } else {
+            self.compare.iter().map(String::as_str).collect()
+        };
+        self.on.iter().map(String::as_str).chain(compare).collect()
     }
+
+    /// The key expressions over the table `side`: the `on` fields, then the
+    /// `compare` fields or the default change token (see the header).
+    fn keys(&self, side: &TableReference) -> Vec<Expr> {
+        let mut keys: Vec<Expr> = self.on.iter().map(|k| key(side, k)).collect();
+        if self.compare.is_empty() {
+            keys.push(change_token(side));
+        } else {
+            keys.extend(self.compare.iter().map(|k| key(side, k)));
+        }
+        keys
+    }
+}
+
+/// The default change token of a file of table `side` (see the header):
+/// never null when the file has an ETag or a version, or a size and a time.
+fn change_token(side: &TableReference) -> Expr {
+    use datafusion::functions::expr_fn::{coalesce, concat};
+    use datafusion::logical_expr::{cast, when};
+    use datafusion::prelude::lit;
+    let text = |name: &str| {
+        cast(
+            key(side, name),
+            datafusion::arrow::datatypes::DataType::Utf8,
+        )
+    };
+    let [etag, version, size, time] = TOKEN_FIELDS.map(text);
+    let by_etag = concat(vec![
+        lit("e:"),
+        coalesce(vec![etag.clone(), lit("")]),
+        lit("|v:"),
+        coalesce(vec![version.clone(), lit("")]),
+    ]);
+    let by_size = concat(vec![lit("s:"), size.clone(), lit("|m:"), time.clone()]);
+    let token = when(etag.is_not_null().or(version.is_not_null()), by_etag)
+        .when(size.is_not_null().and(time.is_not_null()), by_size)
+        .end();
+    // `when(..).end()` fails only without a branch; it has two.
+    token.unwrap_or_else(|_| lit(datafusion::common::ScalarValue::Utf8(None)))
 }
 
 /// A listing marked for a delta save. It cannot be scanned itself: the save
@@ -138,7 +203,9 @@ impl Chain {
     /// Saves as a delta (see `chain/delta.rs`): [`Chain::save`] then computes
     /// the new version from the files added or changed since the dataset's
     /// latest version (by `on`, default `file.path`, and `compare`, default
-    /// `file.etag` and `file.version`; empty lists take the defaults), unioned
+    /// a change token of the ETag and version, else the size and
+    /// last-modified time; empty lists take the defaults; a null compare
+    /// value never counts as unchanged), unioned
     /// with that version's rows for the unchanged files; deleted files drop
     /// out. Only for a storage source ([`Chain::from_storage`]); steps that are
     /// not row-local are refused unless `delta_unsafe` is set.
@@ -256,28 +323,17 @@ impl Chain {
         let prev_keys = LogicalPlanBuilder::from(prev.clone())
             .project(
                 delta
-                    .keys()
+                    .keys(&prev_name)
+                    .into_iter()
                     .enumerate()
-                    .map(|(i, k)| key(&prev_name, k).alias(format!("__delta_k{i}"))),
+                    .map(|(i, k)| k.alias(format!("__delta_k{i}"))),
             )?
             .build()?;
-        let on = |side: &TableReference| -> Vec<(Expr, Expr)> {
-            delta
-                .keys()
-                .enumerate()
-                .map(|(i, k)| {
-                    (
-                        key(side, k),
-                        Expr::Column(Column::from_name(format!("__delta_k{i}"))),
-                    )
-                })
-                .collect()
-        };
         // The listed files whose keys the previous version does not hold.
-        let changed = join(
+        let changed = matching(
             listing_scan(marked)?,
+            delta.keys(&marked.table_name),
             prev_keys,
-            on(&marked.table_name),
             JoinType::LeftAnti,
         )?;
         let new_rows = replace_scan(plan, changed)?;
@@ -289,12 +345,13 @@ impl Chain {
         )?
         .project(
             delta
-                .keys()
+                .keys(&list_name)
+                .into_iter()
                 .enumerate()
-                .map(|(i, k)| key(&list_name, k).alias(format!("__delta_k{i}"))),
+                .map(|(i, k)| k.alias(format!("__delta_k{i}"))),
         )?
         .build()?;
-        let kept = join(prev, listed, on(&prev_name), JoinType::LeftSemi)?;
+        let kept = matching(prev, delta.keys(&prev_name), listed, JoinType::LeftSemi)?;
         // Each side under its own name (a rename, not a projection: a projection
         // holding both `__delta_previous.file` and `file` trips DataFusion's
         // push_down_leaf_projections), the union by position.
@@ -316,7 +373,7 @@ impl Chain {
 /// Every key is a field of the listing's `file` column, kept in the saved
 /// rows (where the next delta save reads it back).
 fn check_keys(delta: &Delta, plan: &LogicalPlan) -> Result<()> {
-    for k in delta.keys() {
+    for k in delta.names() {
         let column = k.split('.').next().unwrap_or(k);
         if column != "file" {
             return Err(Error::plan(format!(
@@ -342,23 +399,49 @@ fn key(qualifier: &TableReference, name: &str) -> Expr {
     parts.fold(column, get_field)
 }
 
-/// A join on `on` pairs, nulls equal (`IS NOT DISTINCT FROM`).
-fn join(
+/// The rows of `left` whose `keys` are (`LeftSemi`) or are not
+/// (`LeftAnti`) among the `__delta_k{i}` columns of `right`, with `left`'s
+/// columns. A null key equals nothing: an unknown key or compare value never
+/// makes a file "unchanged". The keys are computed into columns first: a
+/// join on expressions (the change token's CASE) trips DataFusion 55's
+/// extraction of join-key expressions.
+fn matching(
     left: LogicalPlan,
+    keys: Vec<Expr>,
     right: LogicalPlan,
-    on: Vec<(Expr, Expr)>,
     how: JoinType,
 ) -> Result<LogicalPlan> {
-    Ok(LogicalPlan::Join(Join::try_new(
-        Arc::new(left),
+    let own: Vec<Expr> = left
+        .schema()
+        .columns()
+        .into_iter()
+        .map(Expr::Column)
+        .collect();
+    let n = keys.len();
+    let with_keys = LogicalPlanBuilder::from(left)
+        .project(
+            own.iter().cloned().chain(
+                keys.into_iter()
+                    .enumerate()
+                    .map(|(i, k)| k.alias(format!("__delta_l{i}"))),
+            ),
+        )?
+        .build()?;
+    let name = |prefix: &str, i: usize| Expr::Column(Column::from_name(format!("{prefix}{i}")));
+    let on = (0..n)
+        .map(|i| (name("__delta_l", i), name("__delta_k", i)))
+        .collect();
+    let joined = LogicalPlan::Join(Join::try_new(
+        Arc::new(with_keys),
         Arc::new(right),
         on,
         None,
         how,
         JoinConstraint::On,
-        NullEquality::NullEqualsNull,
+        NullEquality::NullEqualsNothing,
         false,
-    )?))
+    )?);
+    Ok(LogicalPlanBuilder::from(joined).project(own)?.build()?)
 }
 
 /// The marked scan as a plain listing (same name and projection, so the

@@ -5,12 +5,13 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use datafusion::arrow::util::pretty::pretty_format_batches;
 use udfchain::udfs::File;
 use udfchain::{Chain, Output, ScriptRunner, Session, col};
 
-use crate::support::{S3Server, content, write_files};
+use crate::support::{Fault, FaultyStore, S3Server, content, write_files};
 
 /// Files in the first version. The issue asks for 10,000; that passes with the
 /// same counts (200 calls, 200 GETs) but two full runs of 10,000 GETs each
@@ -267,4 +268,76 @@ async fn a_delta_save_refuses_steps_that_are_not_row_local_unless_delta_unsafe()
         e.to_string().contains("delta needs a storage source"),
         "{e}"
     );
+}
+
+/// An S3 store of `s3` whose listings carry no ETag and no version, as some
+/// S3 servers' do (their HEAD and GET responses still have them).
+fn listing_without_etags(s3: &S3Server) -> Arc<dyn object_store::ObjectStore> {
+    let inner: Arc<dyn object_store::ObjectStore> = Arc::new(
+        object_store::aws::AmazonS3Builder::new()
+            .with_endpoint(&s3.endpoint)
+            .with_allow_http(true)
+            .with_bucket_name(crate::support::BUCKET)
+            .with_access_key_id(crate::support::ACCESS_KEY)
+            .with_secret_access_key(crate::support::SECRET_KEY)
+            .with_region("us-east-1")
+            .with_virtual_hosted_style_request(false)
+            .build()
+            .expect("s3 store"),
+    );
+    FaultyStore::hiding_list_etags(inner, |_| Duration::ZERO, |_, _| Fault::None)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_listing_without_etags_never_keeps_stale_rows() {
+    const N: usize = 300;
+    let s3 = S3Server::start();
+    let root = tempfile::tempdir().expect("root");
+    let data = s3.bucket_dir().join("data");
+    write_files(&data, N, |_| 64);
+    let session = Session::with_settings(s3.settings().root(root.path()));
+    session
+        .register_store("s3://bucket", listing_without_etags(&s3))
+        .expect("register");
+    let calls = Arc::new(AtomicUsize::new(0));
+    let delta = |compare: &'static [&'static str]| summed(&session, &calls).delta(&[], compare);
+
+    let v1 = delta(&[]).save("sums").await.expect("first save");
+    assert_eq!((v1.rows, calls.swap(0, Ordering::SeqCst)), (N as u64, N));
+    // 100 objects rewritten (new bytes, new size), 50 deleted, 50 added.
+    for i in 0..100 {
+        let p = data.join(format!("d{}/f{i:04}.bin", i % 3));
+        std::fs::write(&p, content(i + 7, 65)).expect("rewrite");
+    }
+    for i in 100..150 {
+        std::fs::remove_file(data.join(format!("d{}/f{i:04}.bin", i % 3))).expect("delete");
+    }
+    for i in N..N + 50 {
+        std::fs::write(data.join(format!("d{}/f{i:04}.bin", i % 3)), content(i, 64)).expect("add");
+    }
+    // The default compare falls back to size and last_modified: the rewritten
+    // files are computed again, never kept with their old rows.
+    let v2 = delta(&[]).save("sums").await.expect("delta save");
+    assert_eq!((v2.rows, calls.swap(0, Ordering::SeqCst)), (N as u64, 150));
+    summed(&session, &calls)
+        .save("sums-full")
+        .await
+        .expect("full");
+    calls.store(0, Ordering::SeqCst);
+    let (got, want) = (
+        rows(&session, "sums").await,
+        rows(&session, "sums-full").await,
+    );
+    assert!(got == want, "the delta version differs from a full rebuild");
+    let rewritten: u64 = content(7, 65).iter().map(|&b| u64::from(b)).sum();
+    assert!(
+        got.iter()
+            .any(|l| l.contains("d0/f0000.bin") && l.contains(&format!(" {rewritten} "))),
+        "f0000 carries its new sum"
+    );
+    // A compare field the listing lacks (null on both sides) never means
+    // "unchanged": every listed file is computed again.
+    let v3 = delta(&["file.etag"]).save("sums").await.expect("etag save");
+    assert_eq!((v3.rows, calls.load(Ordering::SeqCst)), (N as u64, N));
+    assert!(rows(&session, "sums").await == want);
 }
