@@ -61,6 +61,9 @@ impl Session {
         let ctx = SessionContext::new_with_state(state);
         // `file_from_url(url)` in SQL and in chain expressions.
         ctx.register_udf(udfchain_udfs::FileFromUrl::udf());
+        for f in udfchain_udfs::builtins::image::functions() {
+            ctx.register_udf(f);
+        }
         if let Ok(url) = Url::parse("memory:///") {
             ctx.register_object_store(&url, Arc::new(InMemory::new()));
         }

@@ -12,6 +12,7 @@ mod errors;
 mod execution;
 mod first_run;
 mod fuzz;
+mod images;
 mod keys;
 mod layers;
 mod lifecycle;

@@ -52,10 +52,14 @@ pub fn trace_field<T: DeserializeOwned>(name: &str) -> Result<Field, UdfError> {
     ))
 }
 
-/// Replaces every struct shaped like `File` (same field names) with `File`'s exact type.
+/// Replaces every struct shaped like `File` or `Image` (same field names)
+/// with that type's exact Arrow type.
 fn with_file_types(dt: &DataType) -> DataType {
     match dt {
         dt if File::is_file_type(dt) => File::data_type(),
+        dt if crate::builtins::image::Image::is_image_shaped(dt) => {
+            crate::builtins::image::Image::data_type()
+        }
         DataType::Struct(fields) => DataType::Struct(
             fields
                 .iter()

@@ -1,0 +1,82 @@
+//! Images: their header (`image_size`), and images as values of the engine
+//! ([`Image`], an Arrow struct of width, height, mode and pixels) decoded
+//! natively from stored files (`image_decode`, `image_thumbnail`) and
+//! transformed (resize, crop, convert, encode), one image at a time or a
+//! whole column at a time on rayon's pool ([`map_column`]).
+//!
+//! Files: `size.rs` (header only, ranged reads), `value.rs` (the value and
+//! its Arrow layout), `decode.rs` (bytes to pixels, bounded), `ops.rs` (the
+//! operations). See docs/images.md.
+
+mod decode;
+mod functions;
+mod ops;
+mod size;
+mod value;
+
+use datafusion::arrow::array::{Array, ArrayRef};
+use rayon::prelude::*;
+
+pub use decode::{DecodeOptions, ImageError, MAX_IMAGE_PIXELS, decode};
+pub use functions::{center_crop_expr, convert_expr, functions, resize_expr, resize_to_fit_expr};
+pub use ops::{
+    Filter, Format, MAX_SIDE, center_crop, convert, crop, encode, fit_size, resize, resize_to_fit,
+};
+pub use size::{ImageSize, MAX_HEADER_BYTES, MAX_READS, image_size};
+pub use value::{Image, ImageView, Mode};
+
+use crate::error::UdfError;
+use crate::file::File;
+
+/// The image in a stored file, in its natural mode (`L`, `RGB` or `RGBA`);
+/// a file that is not an image, is corrupt or over [`MAX_IMAGE_PIXELS`] is
+/// that row's error.
+pub async fn image_decode(file: File) -> Result<Image, UdfError> {
+    decode_file(file, DecodeOptions::default()).await
+}
+
+/// The image in a stored file decoded as `options` say (a mode, a size
+/// hint, a pixel limit).
+pub async fn decode_file(file: File, options: DecodeOptions) -> Result<Image, UdfError> {
+    let bytes = file.read().await?;
+    decode(&bytes, &options).map_err(|e| UdfError::Read {
+        url: file.url(),
+        source: Box::new(e),
+    })
+}
+
+/// A thumbnail of a stored image: RGB, its longer side at most `max_side`,
+/// decoded at reduced size where the format allows (a JPEG in the DCT).
+pub async fn image_thumbnail(file: File, max_side: u32) -> Result<Image, UdfError> {
+    let options = DecodeOptions {
+        mode: Some(Mode::Rgb),
+        max_side: Some(max_side),
+        ..DecodeOptions::default()
+    };
+    let img = decode_file(file, options).await?;
+    resize_to_fit(img.view(), max_side, Filter::Bicubic)
+}
+
+/// `f` of every image of the image column `array`, computed in parallel on
+/// rayon's pool (nulls stay null); the first error, naming its row, fails
+/// the column. Call it off the I/O runtime.
+pub fn map_column(
+    array: &dyn Array,
+    f: impl Fn(ImageView<'_>) -> Result<Image, UdfError> + Sync,
+) -> Result<ArrayRef, UdfError> {
+    let views = Image::views(array)?;
+    let out: Vec<Option<Image>> = views
+        .par_iter()
+        .enumerate()
+        .map(|(row, v)| match v {
+            Some(v) => f(*v)
+                .map(Some)
+                .map_err(|e| UdfError::Contract(format!("row {row}: {e}"))),
+            None => Ok(None),
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(Image::to_array(out.iter().map(Option::as_ref)))
+}
+
+#[cfg(test)]
+mod tests;
