@@ -132,3 +132,26 @@ def test_a_hostile_image_is_a_row_error_under_on_error(tmp_path):
             "WHERE file.path = 'bomb.png'"
         )
     assert c.count() == 3
+
+
+def shape(img) -> str:
+    """An image column arrives in a UDF as a numpy array (H, W, C)."""
+    return f"{type(img).__name__}{img.shape}{img.dtype}"
+
+
+def test_an_image_column_reaches_a_udf_as_a_numpy_array_and_files_read_as_pillow(tmp_path):
+    d = tmp_path / "imgs"
+    d.mkdir()
+    Image.fromarray(picture(64, 48)).save(d / "a.png")
+    Image.fromarray(picture(64, 48)).convert("L").save(d / "b.png")
+    c = uc.query(f"SELECT file.path AS path, image_decode(file) AS img FROM read_storage('{d}')")
+    got = dict(zip(*[c.map(s=shape, params="img").collect(k) for k in ("path", "s")]))
+    assert got == {"a.png": "ndarray(48, 64, 3)uint8", "b.png": "ndarray(48, 64, 1)uint8"}
+
+    def mean_via_pillow(file: uc.File) -> float:
+        return float(np.asarray(file.read_image()).mean())
+
+    means = uc.read_storage(str(d)).map(m=mean_via_pillow).collect("m")
+    assert sorted(means) == sorted(
+        [float(np.asarray(Image.open(d / n)).mean()) for n in ("a.png", "b.png")]
+    )

@@ -98,6 +98,18 @@ class File:
             )
         return path
 
+    def read_image(self):
+        """The image as a Pillow image (DataChain's `ImageFile.read()`);
+        needs Pillow. Decoded from the prefetched copy when there is one."""
+        try:
+            from PIL import Image
+        except ImportError:
+            raise ImportError("File.read_image() needs Pillow: pip install pillow") from None
+        with self.open() as f:
+            img = Image.open(f)
+            img.load()
+        return img
+
     def open(self, mode: str = "rb"):
         """A seekable binary file-like object over the object's bytes."""
         if mode not in ("r", "rb"):

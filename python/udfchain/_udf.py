@@ -55,8 +55,41 @@ def _columns(ipc: bytes, access) -> list[list]:
     for col in table.columns:
         if is_file_type(col.type):
             out.append(files_of(col, access))
+        elif is_image_type(col.type):
+            out.append(images_of(col))
         else:
             out.append(col.to_pylist())
+    return out
+
+
+_IMAGE_FIELDS = ("width", "height", "mode", "data")
+_CHANNELS = {"L": 1, "RGB": 3, "RGBA": 4}
+
+
+def is_image_type(t) -> bool:
+    """Whether `t` is the engine's image struct (docs/images.md)."""
+    return pa.types.is_struct(t) and tuple(t.field(i).name for i in range(t.num_fields)) == _IMAGE_FIELDS
+
+
+def images_of(col) -> list:
+    """An image column as numpy arrays (height, width, channels) of uint8,
+    each a view of the Arrow buffer (no copy); None for a null row."""
+    import numpy as np
+
+    out = []
+    for chunk in col.chunks:
+        width, height, mode, data = chunk.flatten()
+        offsets = np.frombuffer(data.buffers()[1], dtype=np.int32)[data.offset : data.offset + len(data) + 1]
+        values = data.buffers()[2]
+        modes = mode.to_pylist()
+        for i in range(len(chunk)):
+            if not chunk[i].is_valid:
+                out.append(None)
+                continue
+            h, w, c = height[i].as_py(), width[i].as_py(), _CHANNELS[modes[i]]
+            start = int(offsets[i])
+            pixels = np.frombuffer(values, dtype=np.uint8, count=h * w * c, offset=start) if h * w * c else np.empty(0, np.uint8)
+            out.append(pixels.reshape(h, w, c))
     return out
 
 
