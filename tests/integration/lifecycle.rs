@@ -238,3 +238,34 @@ async fn every_kind_sets_up_once_and_tears_down_once() {
         "one setup and teardown per UDF"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_executor_sets_up_once_for_all_its_tasks_and_runs() {
+    let counts = Arc::new(Counts::default());
+    let udf: udfchain::Udf = map_with(
+        &["x"],
+        "biased",
+        loader(&counts),
+        |m: Arc<Model>, x: i64| predict(m, x, -1),
+    )
+    .expect("udf")
+    .into();
+    let registry = udfchain::cluster::UdfRegistry::new().register(udf.clone());
+    let session = Session::standalone(Settings::new().workers(2), registry, 2)
+        .await
+        .expect("standalone cluster");
+    for run in 0..2 {
+        let n: usize = Chain::from_values_in(Arc::clone(&session), &rows(60))
+            .udf(udf.clone())
+            .collect()
+            .await
+            .expect("cluster run")
+            .iter()
+            .map(|b| b.num_rows())
+            .sum();
+        assert_eq!(n, 60, "run {run}");
+    }
+    // The executor keeps the state of the UDFs its tasks ran: one setup for
+    // every task of both runs, nothing torn down while it runs.
+    assert_eq!((counts.setups(), counts.teardowns()), (1, 0));
+}
