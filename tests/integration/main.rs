@@ -33,3 +33,4 @@ mod storage_faults;
 mod tar_archives;
 mod udf_kinds;
 mod url_files;
+mod verbs;
