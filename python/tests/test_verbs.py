@@ -43,7 +43,7 @@ def expected(new, old, keep):
     return out
 
 
-@pytest.mark.parametrize("keep", ["ADM", "ADMS", "A", "D", "M", "S", ""])
+@pytest.mark.parametrize("keep", ["ADM", "ADMS", "A", "D", "M", "S"])
 def test_diff_is_a_set_difference(keep):
     new, old = versions()
     d = chain(new).diff(
@@ -160,3 +160,13 @@ def test_read_pandas_and_file_records(files):
     assert sorted(r["file__path"] for r in recs) == sorted(data)
     assert uc.read_storage(str(d)).sum("file.size") == sum(len(b) for b in data.values())
     assert sorted(uc.read_storage(str(d)).to_values("file.path")) == sorted(data)
+
+
+def test_diff_refuses_what_datachain_refuses():
+    new, old = versions()
+    with pytest.raises(ValueError, match="At least one"):
+        chain(new).diff(chain(old), on="id", added=False, deleted=False, modified=False)
+    with pytest.raises(ValueError, match="'compare' must be defined"):
+        chain(new).diff(chain(old), on="id", right_compare="value")
+    with pytest.raises(ValueError, match="same length"):
+        chain(new).diff(chain(old), on="id", right_on=["id", "n"])

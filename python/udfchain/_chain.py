@@ -164,6 +164,20 @@ def _names_or_none(v):
     return None if v is None else _names(v)
 
 
+def _check_diff(on, right_on, compare, right_compare, added, deleted, modified, same) -> None:
+    """DataChain's argument checks of `diff`, with its messages."""
+    if not any([added, deleted, modified, same]):
+        raise ValueError("At least one of added, deleted, modified, same flags must be set")
+    if on is None:
+        raise ValueError("'on' must be specified")
+    if right_on is not None and len(_names(on)) != len(_names(right_on)):
+        raise ValueError("'on' and 'right_on' must be have the same length")
+    if right_compare is not None and compare is None:
+        raise ValueError("'compare' must be defined if 'right_compare' is defined")
+    if compare is not None and right_compare is not None and len(_names(compare)) != len(_names(right_compare)):
+        raise ValueError("'compare' and 'right_compare' must have the same length")
+
+
 def _seed(seed):
     """A seed as the engine's u64 (None: a random one)."""
     if seed is None:
@@ -278,6 +292,7 @@ class Chain:
         (`M`, a `compare` value differs or is null on either side), same
         (`S`); `compare` defaults to every other column both have.
         `status_col="diff"` adds the status as a column."""
+        _check_diff(on, right_on, compare, right_compare, added, deleted, modified, same)
         return self._next(
             self._c.diff(
                 other._c,
@@ -306,6 +321,7 @@ class Chain:
     ) -> Chain:
         """Files of the File column `on` vs `other`'s, matched by source and
         path, modified when their ETag or version (else size and time) differ."""
+        _check_diff(on, right_on, None, None, added, deleted, modified, same)
         return self._next(
             self._c.diff(
                 other._c,

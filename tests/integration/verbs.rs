@@ -385,3 +385,62 @@ async fn merge_is_a_left_inner_or_full_join_with_renamed_right_columns() {
     want_full.sort();
     assert_eq!(run(udfchain::JoinType::Full).await, want_full);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn row_hash_in_sql_splits_and_orders_like_the_chain() {
+    let s = Session::new();
+    let rows = ids(120);
+    s.context()
+        .register_table(
+            "t",
+            Arc::new(
+                udfchain::datafusion::datasource::MemTable::try_new(
+                    Chain::from_values_in(Arc::clone(&s), &rows)
+                        .collect()
+                        .await
+                        .expect("rows")[0]
+                        .schema(),
+                    vec![
+                        Chain::from_values_in(Arc::clone(&s), &rows)
+                            .collect()
+                            .await
+                            .expect("rows"),
+                    ],
+                )
+                .expect("table"),
+            ),
+        )
+        .expect("register");
+    let sql_ids = |q: String| {
+        let s = Arc::clone(&s);
+        async move {
+            let plan = s
+                .context()
+                .sql(&q)
+                .await
+                .expect("sql")
+                .into_unoptimized_plan();
+            id_list(Chain::from_plan(Arc::clone(&s), plan)).await
+        }
+    };
+    let mut seen = Vec::new();
+    for i in 0..3 {
+        let part = sql_ids(format!(
+            "SELECT * FROM t WHERE row_hash(0, t.id, t.value, t.n) % 3 = {i}"
+        ))
+        .await;
+        let chain = id_list(Chain::from_values_in(Arc::clone(&s), &rows).chunk(i, 3)).await;
+        assert_eq!(
+            part.iter().collect::<BTreeSet<_>>(),
+            chain.iter().collect::<BTreeSet<_>>()
+        );
+        seen.extend(part);
+    }
+    seen.sort();
+    assert_eq!(seen, (0..120).collect::<Vec<_>>());
+    let ordered = sql_ids("SELECT * FROM t ORDER BY row_hash(9, t.id, t.value, t.n)".into()).await;
+    assert_eq!(
+        ordered,
+        id_list(Chain::from_values_in(Arc::clone(&s), &rows).shuffle(Some(9))).await
+    );
+}
