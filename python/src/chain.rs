@@ -296,6 +296,11 @@ impl PyChain {
         )))
     }
 
+    #[pyo3(signature = (col, column=None, schema_sample_size=1))]
+    fn explode(&self, col: &str, column: Option<&str>, schema_sample_size: usize) -> PyChain {
+        of(self.chain.clone().explode(col, column, schema_sample_size))
+    }
+
     #[pyo3(signature = (seed=None))]
     fn shuffle(&self, seed: Option<u64>) -> PyChain {
         of(self.chain.clone().shuffle(seed))

@@ -170,3 +170,20 @@ def test_diff_refuses_what_datachain_refuses():
         chain(new).diff(chain(old), on="id", right_compare="value")
     with pytest.raises(ValueError, match="same length"):
         chain(new).diff(chain(old), on="id", right_on=["id", "n"])
+
+
+def test_explode_matches_json_loads():
+    import json
+
+    texts = ['{"a": 1, "b": "x"}', None, '{"a": 2, "c": [1]}', '{"b": "z"}']
+    c = uc.read_values(id=[0, 1, 2, 3], meta=texts)
+    got = c.explode("meta", schema_sample_size=3).order_by("id").to_values("meta_expl")
+    want = []
+    for t in texts:
+        d = json.loads(t) if t else None
+        want.append(None if d is None else {"a": d.get("a"), "b": d.get("b"), "c": d.get("c")})
+    assert got == want
+    assert c.explode("meta", column="m").to_pyarrow().column_names == ["id", "meta", "m"]
+    bad = uc.read_values(id=[0, 1], meta=['{"a": 1}', "[1, 2]"])
+    with pytest.raises(Exception, match=r"explode\(meta\): row 1"):
+        bad.explode("meta").to_list()

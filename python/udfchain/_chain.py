@@ -357,6 +357,14 @@ class Chain:
         how = "full" if full else ("inner" if inner else "left")
         return self._next(self._c.merge(right_ds._c, on, right_on, how, rname))
 
+    def explode(self, col: str, model_name: str | None = None, column: str | None = None, schema_sample_size: int = 1) -> Chain:
+        """A column `column` (default `<col>_expl`): the JSON objects of the
+        text column `col` as a struct, its fields inferred from the first
+        `schema_sample_size` rows (DataChain's `explode`; `model_name` is
+        accepted and unused: the struct is the model). A row that does not
+        parse fails the run naming it."""
+        return self._next(self._c.explode(col, column, schema_sample_size))
+
     def shuffle(self, seed: int | None = None) -> Chain:
         """The rows in an order drawn from `seed` (random when None): the same
         order for the same seed and rows."""

@@ -18,6 +18,7 @@
 
 mod builder;
 mod delta;
+mod explode;
 mod expr;
 mod plan;
 mod run;

@@ -1,7 +1,8 @@
 //! Dataset verbs on DataFusion's operators: `diff` / `file_diff` (a full
 //! outer join and a CASE), `subtract` (a left anti join), `merge` (a join
 //! whose right columns are renamed on a clash), `shuffle`, `sample` and
-//! `chunk` (a sort, a top-k and a filter on `row_hash`).
+//! `chunk` (a sort, a top-k and a filter on `row_hash`), `explode` (JSON
+//! texts to a struct, `explode.rs`).
 //!
 //! Guarantees: a diff's status is `A` for a key only in this chain, `D` only
 //! in the other, `M` in both with a compare value that differs or is null on
@@ -143,6 +144,11 @@ pub(super) enum Verb {
         index: u64,
         total: u64,
     },
+    Explode {
+        column: String,
+        out: String,
+        sample: usize,
+    },
     Merge {
         right: Box<Chain>,
         on: Vec<String>,
@@ -247,6 +253,21 @@ impl Chain {
         }))
     }
 
+    /// DataChain's `explode`: column `out` (default `<column>_expl`), the
+    /// JSON objects of the text column `column` as a struct whose fields are
+    /// inferred from its first `schema_sample_size` (at least 1) non-null
+    /// rows. A row that is not a JSON object, or whose values do not fit the
+    /// inferred types, fails the run naming the row; fields the sample did
+    /// not show are dropped.
+    pub fn explode(self, column: &str, out: Option<&str>, schema_sample_size: usize) -> Self {
+        let out = out.map_or_else(|| format!("{column}_expl"), str::to_string);
+        self.step(Step::Verb(Verb::Explode {
+            column: column.to_string(),
+            out,
+            sample: schema_sample_size.max(1),
+        }))
+    }
+
     /// Part `index` of `total` (`0 <= index < total`): the rows whose content
     /// hashes to `index` modulo `total`. The parts of one dataset version are
     /// disjoint and hold every row once; a row's part depends on its values only.
@@ -314,8 +335,13 @@ fn top(path: &str) -> &str {
 }
 
 impl Verb {
-    pub(super) async fn apply(&self, plan: LogicalPlan) -> Result<LogicalPlan> {
+    pub(super) async fn apply(&self, chain: &Chain, plan: LogicalPlan) -> Result<LogicalPlan> {
         match self {
+            Verb::Explode {
+                column,
+                out,
+                sample,
+            } => explode_plan(chain, plan, column, out, *sample).await,
             Verb::Diff { other, diff } => diff_plan(plan, other.logical_plan().await?, diff),
             Verb::Subtract {
                 other,
@@ -665,5 +691,35 @@ fn merge_plan(
     let joined = join(l, r, on.len(), how)?;
     Ok(LogicalPlanBuilder::from(joined)
         .project(own.into_iter().chain(right_out.iter().map(|n| named(n))))?
+        .build()?)
+}
+
+async fn explode_plan(
+    chain: &Chain,
+    plan: LogicalPlan,
+    column: &str,
+    out: &str,
+    sample: usize,
+) -> Result<LogicalPlan> {
+    use datafusion::arrow::array::AsArray;
+    let sample_plan = LogicalPlanBuilder::from(plan.clone())
+        .project(vec![col(column).alias("__uc_json")])?
+        .filter(named("__uc_json").is_not_null())?
+        .limit(0, Some(sample))?
+        .build()?;
+    let batches = datafusion::prelude::DataFrame::new(chain.session.state(), sample_plan)
+        .collect()
+        .await?;
+    let mut texts = Vec::new();
+    for b in &batches {
+        let a = datafusion::arrow::compute::cast(b.column(0), &DataType::Utf8)
+            .map_err(|e| Error::plan(format!("explode({column}): not text: {e}")))?;
+        texts.extend(a.as_string::<i32>().iter().flatten().map(str::to_string));
+    }
+    let fields = super::explode::infer_fields(column, &texts).map_err(Error::plan)?;
+    let value = super::explode::JsonToStruct::udf(column, fields).call(vec![col(column)]);
+    let own = own_columns(&plan);
+    Ok(LogicalPlanBuilder::from(plan)
+        .project(own.into_iter().chain([value.alias(out)]))?
         .build()?)
 }

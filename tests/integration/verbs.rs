@@ -444,3 +444,68 @@ async fn row_hash_in_sql_splits_and_orders_like_the_chain() {
         id_list(Chain::from_values_in(Arc::clone(&s), &rows).shuffle(Some(9))).await
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explode_reads_json_texts_as_structs_like_serde_json() {
+    #[derive(Serialize, Deserialize)]
+    struct J {
+        id: i64,
+        j: Option<String>,
+    }
+    #[derive(Debug, Deserialize, PartialEq)]
+    struct Inner {
+        a: Option<i64>,
+        b: Option<String>,
+    }
+    #[derive(Debug, Deserialize, PartialEq)]
+    struct Out {
+        id: i64,
+        j_expl: Option<Inner>,
+    }
+    let s = Session::new();
+    let rows: Vec<J> = (0..50)
+        .map(|id| J {
+            id,
+            j: (id % 7 != 3).then(|| match id % 3 {
+                0 => format!(r#"{{"a": {id}, "b": "t{id}"}}"#),
+                1 => format!(r#"{{"b": "only {id}", "extra": [1, 2]}}"#),
+                _ => format!(r#"{{"a": {id}}}"#),
+            }),
+        })
+        .collect();
+    let mut got: Vec<Out> = Chain::from_values_in(Arc::clone(&s), &rows)
+        .explode("j", None, 1)
+        .select([col("id"), col("j_expl")])
+        .to_rows()
+        .await
+        .expect("explode");
+    got.sort_by_key(|o| o.id);
+    // The other way: serde_json per row, keeping the sample's fields (a, b).
+    let want: Vec<Out> = rows
+        .iter()
+        .map(|r| Out {
+            id: r.id,
+            j_expl: r.j.as_ref().map(|t| {
+                let v: serde_json::Value = serde_json::from_str(t).expect("json");
+                Inner {
+                    a: v.get("a").and_then(|x| x.as_i64()),
+                    b: v.get("b").and_then(|x| x.as_str()).map(str::to_string),
+                }
+            }),
+        })
+        .collect();
+    assert_eq!(got, want);
+    // A row that does not parse fails the run naming it.
+    let mut bad = rows;
+    bad[20].j = Some("{not json".to_string());
+    let err = Chain::from_values_in(Arc::clone(&s), &bad)
+        .explode("j", Some("x"), 1)
+        .collect()
+        .await
+        .expect_err("bad row");
+    let text = err.to_string();
+    assert!(
+        text.contains("explode(j): row 20") && text.contains("{not json"),
+        "{text}"
+    );
+}
