@@ -16,7 +16,7 @@ use datafusion::logical_expr::LogicalPlanBuilder;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use udfchain::{Chain, Session, Settings};
+use udfchain::{Chain, Diff, Session, Settings};
 
 use crate::arrow::{from_ipc, to_ipc};
 use crate::error::to_py;
@@ -206,6 +206,115 @@ impl PyChain {
         ))
     }
 
+    /// `diff` / `file_diff` (`files=True`): see `Chain::diff`.
+    #[pyo3(signature = (other, on, right_on=None, compare=None, right_compare=None, added=true, deleted=true, modified=true, same=false, status_col=None, files=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn diff(
+        &self,
+        other: &PyChain,
+        on: Vec<String>,
+        right_on: Option<Vec<String>>,
+        compare: Option<Vec<String>>,
+        right_compare: Option<Vec<String>>,
+        added: bool,
+        deleted: bool,
+        modified: bool,
+        same: bool,
+        status_col: Option<String>,
+        files: bool,
+    ) -> PyResult<PyChain> {
+        let mut d = if files {
+            match on.as_slice() {
+                [one] => Diff::files(one),
+                _ => return Err(PyValueError::new_err("file_diff: on names one File column")),
+            }
+        } else {
+            Diff::on(&strs(&on))
+        };
+        if let Some(r) = &right_on {
+            d = d.right_on(&strs(r));
+        }
+        if let Some(c) = &compare {
+            d = d.compare(&strs(c));
+        }
+        if let Some(c) = &right_compare {
+            d = d.right_compare(&strs(c));
+        }
+        d = d
+            .added(added)
+            .deleted(deleted)
+            .modified(modified)
+            .same(same);
+        if let Some(s) = &status_col {
+            d = d.status_col(s);
+        }
+        Ok(of(self.chain.clone().diff(other.chain.clone(), d)))
+    }
+
+    #[pyo3(signature = (other, on=None, right_on=None))]
+    fn subtract(
+        &self,
+        other: &PyChain,
+        on: Option<Vec<String>>,
+        right_on: Option<Vec<String>>,
+    ) -> PyChain {
+        let on: Option<Vec<&str>> = on.as_ref().map(|v| v.iter().map(String::as_str).collect());
+        let right_on: Option<Vec<&str>> = right_on
+            .as_ref()
+            .map(|v| v.iter().map(String::as_str).collect());
+        of(self
+            .chain
+            .clone()
+            .subtract(other.chain.clone(), on.as_deref(), right_on.as_deref()))
+    }
+
+    /// DataChain's `merge`: `how` is "left", "inner" or "full".
+    fn merge(
+        &self,
+        right: &PyChain,
+        on: Vec<String>,
+        right_on: Vec<String>,
+        how: &str,
+        rname: &str,
+    ) -> PyResult<PyChain> {
+        let how = match how {
+            "left" => JoinType::Left,
+            "inner" => JoinType::Inner,
+            "full" => JoinType::Full,
+            _ => {
+                return Err(PyValueError::new_err(format!(
+                    "merge: unknown join {how:?}"
+                )));
+            }
+        };
+        Ok(of(self.chain.clone().merge(
+            right.chain.clone(),
+            &strs(&on),
+            &strs(&right_on),
+            how,
+            rname,
+        )))
+    }
+
+    #[pyo3(signature = (col, column=None, schema_sample_size=1))]
+    fn explode(&self, col: &str, column: Option<&str>, schema_sample_size: usize) -> PyChain {
+        of(self.chain.clone().explode(col, column, schema_sample_size))
+    }
+
+    #[pyo3(signature = (seed=None))]
+    fn shuffle(&self, seed: Option<u64>) -> PyChain {
+        of(self.chain.clone().shuffle(seed))
+    }
+
+    #[pyo3(signature = (n, seed=None))]
+    fn sample(&self, n: usize, seed: Option<u64>) -> PyChain {
+        of(self.chain.clone().sample(n, seed))
+    }
+
+    fn chunk(&self, index: usize, total: usize) -> PyChain {
+        of(self.chain.clone().chunk(index, total))
+    }
+
     /// Adds a Python UDF of `kind` (map, gen, batch_map, agg) named `name`,
     /// reading `params`, writing the one field of `output` (an IPC schema).
     #[pyo3(signature = (kind, name, params, output, invoke, partition_by=Vec::new()))]
@@ -296,4 +405,8 @@ impl PyChain {
         let c = self.chain.clone();
         wait(py, async move { c.to_parquet(&uri).await })?.map_err(to_py)
     }
+}
+
+fn strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
 }

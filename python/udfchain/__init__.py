@@ -44,7 +44,9 @@ __all__ = [
     "read_csv",
     "read_dataset",
     "read_json",
+    "read_pandas",
     "read_parquet",
+    "read_records",
     "read_storage",
     "read_values",
     "register",
@@ -97,6 +99,42 @@ def read_storage(uri: str, *, recursive: bool = True, glob: str | None = None, *
 def read_values(**columns) -> Chain:
     """Rows from Python lists, one keyword per column: `read_values(num=[1, 2, 3])`."""
     table = pa.table(columns)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    return Chain(_internal.read_arrow(sink.getvalue().to_pybytes()))
+
+
+def read_records(to_insert, schema=None, session=None, settings=None, in_memory=False) -> Chain:
+    """Rows from dicts (DataChain's `read_records`): `to_insert` a dict or an
+    iterable of dicts; `schema={name: type}` (Python types, as UDF outputs
+    take them) gives the columns and their types, else they are inferred.
+    `session` and `in_memory` are accepted for DataChain's sake (rows are
+    always held in memory until the chain runs)."""
+    from ._types import arrow_type
+
+    rows = [to_insert] if isinstance(to_insert, dict) else list(to_insert or [])
+    if schema is not None:
+        s = pa.schema([(n, arrow_type(t, f"read_records column {n!r}")) for n, t in schema.items()])
+        table = pa.Table.from_pylist(rows, schema=s)
+    elif rows:
+        table = pa.Table.from_pylist(rows)
+    else:
+        raise ValueError("read_records: no records and no schema to make an empty chain from")
+    c = _from_table(table)
+    return c.settings(**settings) if settings else c
+
+
+def read_pandas(df, **settings) -> Chain:
+    """Rows of a pandas DataFrame (DataChain's `read_pandas`), its columns by name."""
+    return _with_chain(_from_table(pa.Table.from_pandas(df, preserve_index=False)), settings)
+
+
+def _with_chain(c: Chain, settings) -> Chain:
+    return c.settings(**settings) if settings else c
+
+
+def _from_table(table) -> Chain:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as w:
         w.write_table(table)

@@ -110,11 +110,43 @@ def _table(ipc: bytes) -> pa.Table:
     return pa.ipc.open_stream(ipc).read_all()
 
 
+def _column(table: pa.Table, name: str):
+    """Column `name`; dots reach into struct fields (`file.path`)."""
+    if name in table.column_names:
+        return table.column(name)
+    first, *rest = name.split(".")
+    if first not in table.column_names or not rest:
+        raise KeyError(f"no column {name!r}; the columns are {table.column_names}")
+    c = table.column(first).combine_chunks()
+    for part in rest:
+        if not pa.types.is_struct(c.type) or c.type.get_field_index(part) < 0:
+            raise KeyError(f"no column {name!r}")
+        c = c.field(part)
+    return c
+
+
+def _values(c) -> list:
+    return files_of(c, None) if is_file_type(c.type) else c.to_pylist()
+
+
+def _flatten(name: str, c, names: list, columns: list) -> None:
+    if pa.types.is_struct(c.type) and not is_file_type(c.type):
+        for i in range(c.type.num_fields):
+            _flatten(f"{name}__{c.type.field(i).name}", c.field(i), names, columns)
+    elif is_file_type(c.type):
+        for i in range(c.type.num_fields):
+            names.append(f"{name}__{c.type.field(i).name}")
+            columns.append(c.field(i).to_pylist())
+    else:
+        names.append(name)
+        columns.append(c.to_pylist())
+
+
 def _rows(table: pa.Table, cols: tuple):
     names = list(cols) if cols else table.column_names
     columns = []
     for n in names:
-        c = table.column(n)
+        c = _column(table, n)
         columns.append(files_of(c, None) if is_file_type(c.type) else c.to_pylist())
     if len(cols) == 1:
         return columns[0]
@@ -122,6 +154,37 @@ def _rows(table: pa.Table, cols: tuple):
     if cols:
         return rows
     return [dict(zip(names, r)) for r in rows]
+
+
+def _names(v) -> list[str]:
+    return [v] if isinstance(v, str) else list(v)
+
+
+def _names_or_none(v):
+    return None if v is None else _names(v)
+
+
+def _check_diff(on, right_on, compare, right_compare, added, deleted, modified, same) -> None:
+    """DataChain's argument checks of `diff`, with its messages."""
+    if not any([added, deleted, modified, same]):
+        raise ValueError("At least one of added, deleted, modified, same flags must be set")
+    if on is None:
+        raise ValueError("'on' must be specified")
+    if right_on is not None and len(_names(on)) != len(_names(right_on)):
+        raise ValueError("'on' and 'right_on' must be have the same length")
+    if right_compare is not None and compare is None:
+        raise ValueError("'compare' must be defined if 'right_compare' is defined")
+    if compare is not None and right_compare is not None and len(_names(compare)) != len(_names(right_compare)):
+        raise ValueError("'compare' and 'right_compare' must have the same length")
+
+
+def _seed(seed):
+    """A seed as the engine's u64 (None: a random one)."""
+    if seed is None:
+        return None
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise TypeError(f"seed must be an int, got {seed!r}")
+    return seed & 0xFFFF_FFFF_FFFF_FFFF
 
 
 class Chain:
@@ -209,6 +272,115 @@ class Chain:
         keys = [partition_by] if isinstance(partition_by, str) else list(partition_by)
         return self._next(self._c.group_by([expr(k) for k in keys], [expr(a).alias(n) for n, a in aggs.items()]))
 
+    # dataset verbs (DataChain's names and parameters)
+
+    def diff(
+        self,
+        other: Chain,
+        on,
+        right_on=None,
+        compare=None,
+        right_compare=None,
+        added: bool = True,
+        deleted: bool = True,
+        modified: bool = True,
+        same: bool = False,
+        status_col: str | None = None,
+    ) -> Chain:
+        """Rows of this chain vs `other` by the key columns `on`: added (`A`,
+        only here), deleted (`D`, only in other, with its values), modified
+        (`M`, a `compare` value differs or is null on either side), same
+        (`S`); `compare` defaults to every other column both have.
+        `status_col="diff"` adds the status as a column."""
+        _check_diff(on, right_on, compare, right_compare, added, deleted, modified, same)
+        return self._next(
+            self._c.diff(
+                other._c,
+                _names(on),
+                _names_or_none(right_on),
+                _names_or_none(compare),
+                _names_or_none(right_compare),
+                added,
+                deleted,
+                modified,
+                same,
+                status_col,
+            )
+        )
+
+    def file_diff(
+        self,
+        other: Chain,
+        on: str = "file",
+        right_on: str | None = None,
+        added: bool = True,
+        modified: bool = True,
+        deleted: bool = False,
+        same: bool = False,
+        status_col: str | None = None,
+    ) -> Chain:
+        """Files of the File column `on` vs `other`'s, matched by source and
+        path, modified when their ETag or version (else size and time) differ."""
+        _check_diff(on, right_on, None, None, added, deleted, modified, same)
+        return self._next(
+            self._c.diff(
+                other._c,
+                [on],
+                None if right_on is None else [right_on],
+                None,
+                None,
+                added,
+                deleted,
+                modified,
+                same,
+                status_col,
+                True,
+            )
+        )
+
+    def subtract(self, other: Chain, on=None, right_on=None) -> Chain:
+        """Rows whose `on` values (all columns when None) are not among
+        `other`'s `right_on` (default: `on`) values."""
+        if on is None and right_on is not None:
+            raise ValueError("subtract: right_on needs on")
+        return self._next(self._c.subtract(other._c, _names_or_none(on), _names_or_none(right_on)))
+
+    def merge(self, right_ds: Chain, on, right_on=None, inner: bool = False, full: bool = False, rname: str = "right_") -> Chain:
+        """Joins `right_ds` on equal `on` / `right_on` columns (DataChain's
+        `merge`): a left join, or inner (`inner=True`) or full outer
+        (`full=True`); every column of both, a right column whose name is
+        taken renamed `rname` + name."""
+        on = _names(on)
+        right_on = on if right_on is None else _names(right_on)
+        if len(on) != len(right_on):
+            raise ValueError("merge: 'on' and 'right_on' must have the same length")
+        how = "full" if full else ("inner" if inner else "left")
+        return self._next(self._c.merge(right_ds._c, on, right_on, how, rname))
+
+    def explode(self, col: str, model_name: str | None = None, column: str | None = None, schema_sample_size: int = 1) -> Chain:
+        """A column `column` (default `<col>_expl`): the JSON objects of the
+        text column `col` as a struct, its fields inferred from the first
+        `schema_sample_size` rows (DataChain's `explode`; `model_name` is
+        accepted and unused: the struct is the model). A row that does not
+        parse fails the run naming it."""
+        return self._next(self._c.explode(col, column, schema_sample_size))
+
+    def shuffle(self, seed: int | None = None) -> Chain:
+        """The rows in an order drawn from `seed` (random when None): the same
+        order for the same seed and rows."""
+        return self._next(self._c.shuffle(_seed(seed)))
+
+    def sample(self, n: int, seed: int | None = None) -> Chain:
+        """`n` rows (all if fewer), the same ones for the same seed and rows."""
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise ValueError(f"sample: n is a whole number >= 0, got {n!r}")
+        return self._next(self._c.sample(n, _seed(seed)))
+
+    def chunk(self, index: int, total: int) -> Chain:
+        """Part `index` of `total` (0 <= index < total): disjoint parts that
+        together hold every row once, by a hash of each row's values."""
+        return self._next(self._c.chunk(index, total))
+
     # UDFs
 
     def _udf(self, kind, named, params, output, version, partition_by=(), concurrency=None, gpus=None):
@@ -286,7 +458,52 @@ class Chain:
         """Rows as dicts; `collect("a")` the values of a; `collect("a", "b")` tuples."""
         return _rows(self.to_pyarrow(), cols)
 
-    to_list = collect
+    def to_list(self, *cols) -> list[tuple]:
+        """Rows as tuples (DataChain's `to_list`): all columns, or `cols`
+        (dots reach into structs: `to_list("file.path", "size")`)."""
+        t = self.to_pyarrow()
+        names = list(cols) if cols else t.column_names
+        columns = [_values(_column(t, n)) for n in names]
+        return list(zip(*columns)) if columns else [() for _ in range(t.num_rows)]
+
+    def to_iter(self, *cols):
+        """Yields rows as tuples, batch by batch (DataChain's `to_iter`)."""
+        for batch in self.to_pyarrow().to_batches():
+            t = pa.Table.from_batches([batch])
+            names = list(cols) if cols else t.column_names
+            yield from zip(*[_values(_column(t, n)) for n in names])
+
+    def to_values(self, col) -> list:
+        """The values of one column (DataChain's `to_values("file.path")`)."""
+        return _values(_column(self.to_pyarrow(), col))
+
+    def to_records(self) -> list[dict]:
+        """Rows as dicts of leaf values, struct fields flattened with `__`
+        (`file__path`), as DataChain's `to_records` does."""
+        t = self.to_pyarrow()
+        names, columns = [], []
+        for name in t.column_names:
+            _flatten(name, t.column(name).combine_chunks(), names, columns)
+        return [dict(zip(names, r)) for r in zip(*columns)] if columns else []
+
+    # chain-level aggregates (DataChain's sum, avg, min, max)
+
+    def _aggregate(self, how: str, col):
+        g = self.group_by((), value=_internal.aggregate(how, expr(col)))
+        values = g.to_values("value")
+        return values[0] if values else None
+
+    def sum(self, col):
+        return self._aggregate("sum", col)
+
+    def avg(self, col):
+        return self._aggregate("avg", col)
+
+    def min(self, col):
+        return self._aggregate("min", col)
+
+    def max(self, col):
+        return self._aggregate("max", col)
 
     def count(self) -> int:
         return self._c.count()

@@ -127,15 +127,16 @@ impl Delta {
 /// The default change token of a file of table `side` (see the header):
 /// never null when the file has an ETag or a version, or a size and a time.
 fn change_token(side: &TableReference) -> Expr {
+    file_change_token(|name| key(side, name))
+}
+
+/// The change token of the file whose fields `field("file.etag")`, ... give
+/// (see the header); `Chain::file_diff` compares files by it too.
+pub(super) fn file_change_token(field: impl Fn(&str) -> Expr) -> Expr {
     use datafusion::functions::expr_fn::{coalesce, concat};
     use datafusion::logical_expr::{cast, when};
     use datafusion::prelude::lit;
-    let text = |name: &str| {
-        cast(
-            key(side, name),
-            datafusion::arrow::datatypes::DataType::Utf8,
-        )
-    };
+    let text = |name: &str| cast(field(name), datafusion::arrow::datatypes::DataType::Utf8);
     let [etag, version, size, time] = TOKEN_FIELDS.map(text);
     let by_etag = concat(vec![
         lit("e:"),

@@ -13,18 +13,22 @@
 //! (and `explain`); `run.rs` running it (`collect`, `stream`, reports);
 //! `save.rs` writing its rows (a dataset version, a Parquet file);
 //! `delta.rs` delta saves (only the files added or changed since the last version);
-//! `session.rs` the chains and the catalog a [`Session`] offers.
+//! `session.rs` the chains and the catalog a [`Session`] offers;
+//! `verbs.rs` dataset verbs (diff, subtract, shuffle, sample, chunk).
 
 mod builder;
 mod delta;
+mod explode;
 mod expr;
 mod plan;
 mod run;
 mod save;
 mod session;
+mod verbs;
 
 pub use builder::ChainBuilder;
 pub(crate) use delta::{Delta, DeltaSource};
+pub use verbs::Diff;
 
 use crate::settings::Settings;
 pub use expr::{col, file_from_url};
@@ -91,6 +95,7 @@ enum Step {
         kind: Udf,
         settings: Settings,
     },
+    Verb(verbs::Verb),
     Fail(Error),
 }
 

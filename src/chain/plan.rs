@@ -129,6 +129,7 @@ impl Chain {
             Step::Udf { kind, settings } => {
                 UdfNode::try_new(b.build()?, kind.clone(), settings.clone())?.into_plan()
             }
+            Step::Verb(v) => v.apply(self, b.build()?).await?,
             Step::Fail(e) => return Err(e.clone()),
         };
         Ok(plan)

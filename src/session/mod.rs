@@ -1,9 +1,13 @@
 //! [`Session`]: a DataFusion `SessionContext` set up with udfchain's planner,
-//! the stores it has opened, the `file_from_url` function, and the default
+//! the stores it has opened, the `file_from_url` and `row_hash` functions, and the default
 //! [`Settings`] of its chains. Stores are opened on demand, per scheme and
 //! host, with the session's storage options, when a `File` of a new store
 //! (listed, or named by URL) is first read.
 //! (Its chain and catalog constructors live in `chain/`, the layer above.)
+
+mod row_hash;
+
+pub(crate) use row_hash::RowHash;
 
 use std::sync::{Arc, OnceLock};
 
@@ -64,6 +68,8 @@ impl Session {
         for f in udfchain_udfs::builtins::image::functions() {
             ctx.register_udf(f);
         }
+        // `row_hash(seed, ...)`: shuffle, sample and chunk in SQL.
+        ctx.register_udf(RowHash::udf());
         if let Ok(url) = Url::parse("memory:///") {
             ctx.register_object_store(&url, Arc::new(InMemory::new()));
         }

@@ -34,3 +34,4 @@ mod storage_faults;
 mod tar_archives;
 mod udf_kinds;
 mod url_files;
+mod verbs;
