@@ -5,20 +5,28 @@
 //! ```sh
 //! cargo bench --bench python                 # A: 2,000 x 64 KiB, C: 200 files
 //! cargo bench --bench python -- --quick      # A: 400, C: 40
+//! cargo bench --bench python -- --workloads M          # M: 2,000 JPEGs
+//! cargo bench --bench python -- --quick --workloads A,C,M   # M: 300
 //! UDFCHAIN_BENCH_PYTHON=~/venv/bin/python cargo bench --bench python
 //! ```
 //!
-//! Workloads: A hashes every byte of 64 KiB objects (the Python UDF with
-//! hashlib, the Rust one with sha2); C runs a pure-Python CPU loop of about
-//! 20 ms per 4 KiB file (calibrated by the driver). This program starts the
-//! server, writes the objects, runs the Rust API on A (defaults; prefetch 64),
+//! Workloads (`--workloads`, default A,C): A hashes every byte of 64 KiB
+//! objects (the Python UDF with hashlib, the Rust one with sha2); C runs a
+//! pure-Python CPU loop of about 20 ms per 4 KiB file (calibrated by the
+//! driver); M is model inference: 640x480 JPEGs of about 100 KB, decoded and
+//! resized to 224x224 with Pillow and classified in batches of 32 by a tiny
+//! ONNX CNN (`examples/python/tiny_cnn.py`), the model loaded once per worker
+//! (the driver writes the JPEGs into the server's directory, builds the
+//! model and measures the bound, cores / (decode + inference CPU per file),
+//! before the timed runs). This program starts the server, writes the A and
+//! C objects, runs the Rust API on A (defaults; prefetch 64),
 //! then `benches/python/driver.py` with the venv's interpreter
 //! (`$UDFCHAIN_BENCH_PYTHON`, else `~/.cache/udfchain-bench-venv/bin/python`)
 //! for the Python peers, each run in a fresh interpreter. A peer that is not
 //! installed or fails is a record with its error. Nothing is asserted: it
 //! reports ratios measured in this run (udfchain-py / DataChain at defaults,
-//! udfchain-py / Rust API, C against cores / t_udf) on stdout and in
-//! `<target>/bench/python.json`.
+//! udfchain-py / Rust API, C against cores / t_udf, M against its bound and
+//! between peers) on stdout and in `<target>/bench/python.json`.
 
 #[path = "../tests/integration/support.rs"]
 #[allow(dead_code)]
@@ -39,6 +47,7 @@ use support::{ACCESS_KEY, BUCKET, Latency, S3Server, SECRET_KEY};
 const LATENCY: Duration = Duration::from_millis(20);
 const A_SIZE: usize = 64 * 1024;
 const C_SIZE: usize = 4 * 1024;
+const WORKLOADS: [&str; 3] = ["A", "C", "M"];
 
 fn object_bytes(i: usize, size: usize) -> Vec<u8> {
     (0..size).map(|j| ((i * 131 + j * 7) % 251) as u8).collect()
@@ -89,17 +98,29 @@ fn python() -> PathBuf {
 
 /// The driver's JSON lines (each echoed to stderr as it arrives), or one
 /// record saying why there are none.
-fn python_peers(server: &S3Server, quick: bool, scratch: &FsPath) -> Vec<Value> {
+fn python_peers(
+    server: &S3Server,
+    quick: bool,
+    workloads: &[String],
+    m_files: usize,
+    scratch: &FsPath,
+) -> Vec<Value> {
     let driver = FsPath::new(env!("CARGO_MANIFEST_DIR")).join("benches/python/driver.py");
     let py = python();
     let mut cmd = Command::new(&py);
-    cmd.arg(&driver).arg("all").args(["--workloads", "A,C"]);
+    cmd.arg(&driver)
+        .arg("all")
+        .args(["--workloads", &workloads.join(",")]);
     if quick {
         cmd.arg("--quick");
     }
     cmd.env("UDFCHAIN_BENCH_ENDPOINT", &server.endpoint)
         .env("UDFCHAIN_BENCH_BUCKET", BUCKET)
         .env("UDFCHAIN_BENCH_C_SIZE", C_SIZE.to_string())
+        // M: the driver writes the JPEGs into the server's directory itself.
+        .env("UDFCHAIN_BENCH_M_DIR", server.bucket_dir().join("m"))
+        .env("UDFCHAIN_BENCH_M_FILES", m_files.to_string())
+        .env("UDFCHAIN_BENCH_MODEL", scratch.join("tiny_cnn.onnx"))
         .env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
         .env("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
         .env("AWS_REGION", "us-east-1")
@@ -158,6 +179,71 @@ fn over_bound(records: &[Value], peer: &str, config: &str, calibrated: Option<f6
     run["files_per_s"].as_f64().map(|f| f / bound)
 }
 
+/// An M run's files/s over its own bound (cores / the decode + inference
+/// CPU per file it measured just before it), else over the driver's.
+fn m_over_bound(records: &[Value], peer: &str, config: &str, measured: Option<f64>) -> Option<f64> {
+    let run = records
+        .iter()
+        .find(|r| r["peer"] == peer && r["config"] == config && r["workload"] == "M")?;
+    let bound = run["bound_files_per_s"].as_f64().or(measured)?;
+    run["files_per_s"].as_f64().map(|f| f / bound)
+}
+
+/// M's ratios: every run over the bound, udfchain-py over the others, and
+/// the model loads of each run next to the copies its settings ask for.
+fn m_ratios(records: &[Value]) -> serde_json::Map<String, Value> {
+    let div = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| a / b);
+    let mut out = serde_json::Map::new();
+    let Some(bound) = records
+        .iter()
+        .find(|r| r["workload"] == "M" && r["bound"] == true)
+    else {
+        return out;
+    };
+    let measured = bound["bound_files_per_s"].as_f64();
+    out.insert(
+        "M_bound_files_per_s (cores / (decode + inference CPU per file))".into(),
+        json!(measured),
+    );
+    for (k, field) in [
+        ("M_decode_resize_cpu_ms_per_file", "decode_cpu_s_per_file"),
+        (
+            "M_inference_cpu_ms_per_file (batches of 32)",
+            "infer_cpu_s_per_file",
+        ),
+    ] {
+        out.insert(k.into(), json!(bound[field].as_f64().map(|s| s * 1e3)));
+    }
+    out.insert(
+        "M_bare_loop_files_per_s (cores processes, no engine, no I/O)".into(),
+        bound["bare_loop_processes_files_per_s"].clone(),
+    );
+    out.insert(
+        "M_bare_loop_files_per_s (cores threads, one session)".into(),
+        bound["bare_loop_threads_files_per_s"].clone(),
+    );
+    for peer in ["udfchain-py", "datachain", "daft"] {
+        for config in ["defaults", "best"] {
+            out.insert(
+                format!("M_{}_{config}_over_bound", peer.replace('-', "_")),
+                json!(m_over_bound(records, peer, config, measured)),
+            );
+        }
+    }
+    for other in ["datachain", "daft"] {
+        for config in ["defaults", "best"] {
+            out.insert(
+                format!("M_udfchain_py_{config}_over_{other}_{config}"),
+                json!(div(
+                    rate(records, "udfchain-py", config, "M"),
+                    rate(records, other, config, "M")
+                )),
+            );
+        }
+    }
+    out
+}
+
 fn ratios(records: &[Value]) -> Value {
     let div = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| a / b);
     let cal = records.iter().find(|r| r["calibration"] == true);
@@ -169,7 +255,7 @@ fn ratios(records: &[Value]) -> Value {
         .iter()
         .find(|r| r["workload"] == "T")
         .and_then(|r| r["us_per_row_over_rust"].as_f64());
-    json!({
+    let mut all = json!({
         "A_udfchain_py_defaults_over_datachain_defaults":
             div(rate(records, "udfchain-py", "defaults", "A"), rate(records, "datachain", "defaults", "A")),
         "A_udfchain_py_best_over_datachain_best":
@@ -189,7 +275,11 @@ fn ratios(records: &[Value]) -> Value {
         "C_datachain_best_over_bound": over_bound(records, "datachain", "best", bound_c),
         "C_daft_best_over_bound": over_bound(records, "daft", "best", bound_c),
         "trivial_map_us_per_row_over_rust": trivial,
-    })
+    });
+    if let Some(m) = all.as_object_mut() {
+        m.extend(m_ratios(records));
+    }
+    all
 }
 
 fn table(records: &[Value]) -> String {
@@ -205,7 +295,24 @@ fn table(records: &[Value]) -> String {
         let note = r["error"]
             .as_str()
             .map(|e| format!("error: {}", e.chars().take(120).collect::<String>()))
-            .unwrap_or_else(|| r["settings"].to_string());
+            .unwrap_or_else(|| {
+                let mut note = r["settings"].to_string();
+                if r["workload"] == "M" {
+                    // Model loads next to the copies the settings ask for
+                    // (null: the engine's choice), and the values' check.
+                    note += &format!(
+                        "; model loads {} (processes {}) for workers {}; {:.2} of bound; {} mismatches of {}, {} invalid",
+                        r["model_loads"],
+                        r["model_load_processes"],
+                        r["workers"],
+                        r["over_bound"].as_f64().unwrap_or(f64::NAN),
+                        r["mismatches"],
+                        r["checked"],
+                        r["invalid_values"]
+                    );
+                }
+                note
+            });
         s += &format!(
             "{:<14} {:<9} {:<3} {:>6} {:>9} {:>9}  {}\n",
             r["peer"].as_str().unwrap_or("?"),
@@ -220,17 +327,58 @@ fn table(records: &[Value]) -> String {
     s
 }
 
+/// `--workloads A,C,M` (or `--workloads=...`), upper-cased; default A,C.
+/// Other arguments (cargo's `--bench`) are ignored.
+fn workloads(args: &[String]) -> Vec<String> {
+    let mut list = "A,C".to_string();
+    for (i, a) in args.iter().enumerate() {
+        if let Some(v) = a.strip_prefix("--workloads=") {
+            list = v.to_string();
+        } else if a == "--workloads"
+            && let Some(v) = args.get(i + 1)
+        {
+            list = v.clone();
+        }
+    }
+    let mut out = Vec::new();
+    for w in list
+        .split(',')
+        .map(|w| w.trim().to_uppercase())
+        .filter(|w| !w.is_empty())
+    {
+        if !WORKLOADS.contains(&w.as_str()) {
+            eprintln!("python bench: unknown workload {w:?} (A, C or M)");
+            std::process::exit(2);
+        }
+        if !out.contains(&w) {
+            out.push(w);
+        }
+    }
+    out
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "--quick");
-    let (a_files, c_files) = if quick { (400, 40) } else { (2000, 200) };
+    let workloads = workloads(&args);
+    let has = |w: &str| workloads.iter().any(|x| x == w);
+    let (a_files, c_files, m_files) = if quick {
+        (400, 40, 300)
+    } else {
+        (2000, 200, 2000)
+    };
     let server = S3Server::start_with_latency(Latency::Constant(LATENCY), None);
-    write_objects(&server.bucket_dir(), "a", a_files, A_SIZE);
-    write_objects(&server.bucket_dir(), "c", c_files, C_SIZE);
+    if has("A") {
+        write_objects(&server.bucket_dir(), "a", a_files, A_SIZE);
+    }
+    if has("C") {
+        write_objects(&server.bucket_dir(), "c", c_files, C_SIZE);
+    }
     let scratch = tempfile::tempdir().expect("scratch dir");
     eprintln!(
-        "python bench ({}): A {a_files} x 64 KiB, C {c_files} x 4 KiB, {} ms per request, server {}",
+        "python bench ({}): workloads {}: A {a_files} x 64 KiB, C {c_files} x 4 KiB, M {m_files} JPEGs of 640x480, {} ms per request, server {}",
         if quick { "quick" } else { "full" },
+        workloads.join(","),
         LATENCY.as_millis(),
         server.endpoint
     );
@@ -239,21 +387,31 @@ fn main() {
         .build()
         .expect("runtime");
     let root = scratch.path().join("rust");
-    let mut records = rt.block_on(async {
-        let defaults = Settings::new().root(&root);
-        let best = Settings::new()
-            .root(&root)
-            .set("prefetch", "64")
-            .expect("prefetch");
-        vec![
-            rust_a(&server, "defaults", defaults, a_files).await,
-            rust_a(&server, "best", best, a_files).await,
-        ]
-    });
+    let mut records = if has("A") {
+        rt.block_on(async {
+            let defaults = Settings::new().root(&root);
+            let best = Settings::new()
+                .root(&root)
+                .set("prefetch", "64")
+                .expect("prefetch");
+            vec![
+                rust_a(&server, "defaults", defaults, a_files).await,
+                rust_a(&server, "best", best, a_files).await,
+            ]
+        })
+    } else {
+        Vec::new()
+    };
     for r in &records {
         eprintln!("  {r}");
     }
-    records.extend(python_peers(&server, quick, scratch.path()));
+    records.extend(python_peers(
+        &server,
+        quick,
+        &workloads,
+        m_files,
+        scratch.path(),
+    ));
     let ratios = ratios(&records);
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
@@ -262,9 +420,11 @@ fn main() {
     let record = json!({
         "bench": "python",
         "quick": quick,
+        "workloads": workloads,
         "cores": udfchain::testing::cores(),
         "latency_ms": LATENCY.as_millis() as u64,
         "a_files": a_files, "a_size": A_SIZE, "c_files": c_files, "c_size": C_SIZE,
+        "m_files": m_files,
         "gets": server.object_gets(),
         "runs": records,
         "ratios": ratios,

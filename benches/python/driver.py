@@ -2,16 +2,36 @@
 
     python driver.py all --workloads A,C [--quick]     # every peer, one JSON line per run
     python driver.py one PEER CONFIG WORKLOAD          # one run (a fresh interpreter each)
+    python driver.py local-m DIR [--quick] [--files N] # M over a local dir, no S3 server
 
 `--peers udfchain-py,daft` (or UDFCHAIN_BENCH_PEERS) runs only those.
 
 The S3 server is the Rust harness's, on 127.0.0.1: UDFCHAIN_BENCH_ENDPOINT,
 UDFCHAIN_BENCH_BUCKET and AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY /
 AWS_REGION in the environment; objects under a/ (workload A) and c/ (C).
+
 Each run is its own interpreter (`one`), timed from building the chain to
 having every row's value (listing included, imports not), so no peer reuses
 another's warm pools. A peer that cannot be imported, or fails, gives a
 record with `error` instead of a time. Nothing is asserted.
+
+Workload M (model inference): UDFCHAIN_BENCH_M_DIR is the server's
+directory of m/ (the bucket directory on this machine) and
+UDFCHAIN_BENCH_M_FILES the number of JPEGs; before the timed runs `all`
+writes that many photo-like 640x480 JPEGs there (~100 KB each,
+`tiny_cnn.synthetic_photo`), builds the tiny ONNX classifier
+(`examples/python/tiny_cnn.py`) and measures, in this one process over
+local bytes, the CPU time per file of decoding + resizing and of inference
+(batches of 32): the bound is cores / (decode + inference). Each peer then
+decodes, resizes and classifies every file through the model in batches of
+32 (DataChain 0.62 has no batched mapper: one image per call), loading the
+model once per worker; every load appends a line to the run's
+UDFCHAIN_BENCH_MODEL_LOADS file, counted into the record (`model_loads`
+next to `workers`, the instances the settings ask for). Each M record also
+carries its own bound, measured just before the run, and checks its values
+against the model run directly on the bound's sample (`mismatches`).
+`local-m DIR` does the same over a local directory, for trying the peers
+without the Rust harness.
 """
 
 from __future__ import annotations
@@ -20,6 +40,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -29,20 +50,27 @@ CORES = os.cpu_count() or 1
 TIMEOUT = float(os.environ.get("UDFCHAIN_BENCH_RUN_TIMEOUT", "900"))
 
 # (peer, config) -> settings, per workload. "defaults" sets nothing.
+# M: `concurrency` is udfchain's per-UDF keyword (how many calls of the UDF
+# at once), the rest are settings; Daft's are `@daft.cls` arguments.
 CONFIGS = {
     "udfchain-py": {
-        "defaults": {"A": {}, "C": {}},
-        "best": {"A": {"prefetch": 64, "parallel": 4 * CORES}, "C": {"prefetch": 16, "processes": CORES}},
+        "defaults": {"A": {}, "C": {}, "M": {}},
+        "best": {"A": {"prefetch": 64, "parallel": 4 * CORES}, "C": {"prefetch": 16, "processes": CORES},
+                 "M": {"prefetch": 64, "concurrency": CORES}},
     },
     "datachain": {
-        "defaults": {"A": {}, "C": {}},
-        "best": {"A": {"prefetch": 32, "parallel": CORES}, "C": {"prefetch": 16, "parallel": CORES}},
+        "defaults": {"A": {}, "C": {}, "M": {}},
+        "best": {"A": {"prefetch": 32, "parallel": CORES}, "C": {"prefetch": 16, "parallel": CORES},
+                 "M": {"prefetch": 16, "parallel": CORES}},
     },
     "daft": {
-        "defaults": {"A": {}, "C": {}},
-        "best": {"A": {}, "C": {"use_process": True}},
+        "defaults": {"A": {}, "C": {}, "M": {}},
+        "best": {"A": {}, "C": {"use_process": True}, "M": {"max_concurrency": CORES, "use_process": True}},
     },
 }
+
+M_BATCH = 32
+M_SAMPLE = 64  # files of the bound's measurement and of each run's check
 
 
 def env(name: str) -> str:
@@ -53,7 +81,21 @@ def env(name: str) -> str:
 
 
 def uri(workload: str) -> str:
+    if workload == "M" and os.environ.get("UDFCHAIN_BENCH_M_SOURCE"):
+        return os.environ["UDFCHAIN_BENCH_M_SOURCE"]  # local-m: a directory
     return f"s3://{env('UDFCHAIN_BENCH_BUCKET')}/{workload.lower()}/"
+
+
+def workers_of(peer: str, settings: dict):
+    """The copies of the model the settings ask for: udfchain one per worker
+    process (in-process: one, shared by its `concurrency` calls at once),
+    DataChain one per `parallel` process, Daft one per instance
+    (`max_concurrency`; None: Daft's choice)."""
+    if peer == "udfchain-py":
+        return settings.get("processes") or 1
+    if peer == "datachain":
+        return settings.get("parallel") or 1
+    return settings.get("max_concurrency")  # Daft: None, its own choice
 
 
 # ---------------------------------------------------------------------------
@@ -64,7 +106,17 @@ def run_udfchain(config: dict, workload: str) -> list:
     import udfchain as uc
     import udfs
 
-    storage = {
+    if workload == "M":
+        return run_udfchain_m(config)
+    c = uc.read_storage(uri(workload)).settings(storage=udfchain_storage())
+    fn = udfs.sha_file if workload == "A" else udfs.burn_file
+    if config:
+        c = c.settings(**config)
+    return c.map(out=fn).collect("out")
+
+
+def udfchain_storage() -> dict:
+    return {
         "endpoint": env("UDFCHAIN_BENCH_ENDPOINT"),
         "allow_http": True,
         "access_key_id": env("AWS_ACCESS_KEY_ID"),
@@ -72,22 +124,47 @@ def run_udfchain(config: dict, workload: str) -> list:
         "region": env("AWS_REGION"),
         "virtual_hosted_style_request": False,
     }
-    fn = udfs.sha_file if workload == "A" else udfs.burn_file
-    c = uc.read_storage(uri(workload)).settings(storage=storage)
-    if config:
-        c = c.settings(**config)
-    return c.map(out=fn).collect("out")
+
+
+def run_udfchain_m(config: dict) -> list:
+    """M: the class BatchMapper of m_udfchain (setup loads the model once per worker)."""
+    import udfchain as uc
+    import m_udfchain
+
+    src = uri("M")
+    c = uc.read_storage(src)
+    if src.startswith("s3://"):
+        c = c.settings(storage=udfchain_storage())
+    settings = {k: v for k, v in config.items() if k != "concurrency"}
+    if settings:
+        c = c.settings(**settings)
+    kw = {"concurrency": config["concurrency"]} if "concurrency" in config else {}
+    rows = c.batch_map(label=m_udfchain.Classify(), batch_size=M_BATCH, **kw).collect("file", "label")
+    return [(f.path, lab["cls"], lab["score"]) for f, lab in rows]
 
 
 def run_datachain(config: dict, workload: str) -> list:
-    os.environ["AWS_ENDPOINT_URL"] = env("UDFCHAIN_BENCH_ENDPOINT")
+    if uri(workload).startswith("s3://"):
+        os.environ["AWS_ENDPOINT_URL"] = env("UDFCHAIN_BENCH_ENDPOINT")
+    # DataChain's `parallel=` runs its workers with PYTHONPATH set to the
+    # current directory (and nothing else), as for a user's script run from
+    # their project: run from the directory of `udfs`, with DataChain's
+    # root kept where it was (the harness sets DATACHAIN_ROOT_DIR).
+    os.environ.setdefault("DATACHAIN_ROOT_DIR", os.path.join(os.getcwd(), ".datachain"))
+    os.chdir(HERE)
     import datachain as dc
     import udfs
 
-    fn = udfs.sha_file if workload == "A" else udfs.burn_file
     c = dc.read_storage(uri(workload), update=True)
     if config:
         c = c.settings(**config)
+    if workload == "M":
+        # A Mapper with setup (one model per worker process), one image per call.
+        import m_datachain
+
+        c = c.map(m_datachain.Classify(), params=["file"], output={"cls": int, "score": float})
+        return c.to_list("file.path", "cls", "score")
+    fn = udfs.sha_file if workload == "A" else udfs.burn_file
     return c.map(out=fn).to_values("out")
 
 
@@ -96,15 +173,29 @@ def run_daft(config: dict, workload: str) -> list:
     from daft.io import IOConfig, S3Config
     import udfs
 
-    io = IOConfig(
-        s3=S3Config(
-            endpoint_url=env("UDFCHAIN_BENCH_ENDPOINT"),
-            key_id=env("AWS_ACCESS_KEY_ID"),
-            access_key=env("AWS_SECRET_ACCESS_KEY"),
-            region_name=env("AWS_REGION"),
-            use_ssl=False,
+    if workload == "M" and not uri("M").startswith("s3://"):
+        io = None
+    else:
+        io = IOConfig(
+            s3=S3Config(
+                endpoint_url=env("UDFCHAIN_BENCH_ENDPOINT"),
+                key_id=env("AWS_ACCESS_KEY_ID"),
+                access_key=env("AWS_SECRET_ACCESS_KEY"),
+                region_name=env("AWS_REGION"),
+                use_ssl=False,
+            )
         )
-    )
+    if workload == "M":
+        # `@daft.cls(**config)` over m_daft.Classify: __init__ loads the
+        # model once per instance, a batch method of 32 rows runs it.
+        import m_daft
+
+        model = daft.cls(m_daft.Classify, **config)()
+        df = daft.from_glob_path(f"{uri('M').rstrip('/')}/**", io_config=io)
+        df = df.with_column("bytes", daft.functions.download(df["path"], io_config=io))
+        df = df.with_column("label", model.classify(df["bytes"]))
+        out = df.select("path", "label").to_pydict()
+        return [(p, lab["cls"], lab["score"]) for p, lab in zip(out["path"], out["label"])]
     body = udfs.sha_bytes if workload == "A" else udfs.burn_bytes
     out = str if workload == "A" else int
     fn = daft.func(body, return_dtype=out, **config)
@@ -145,6 +236,17 @@ def one(peer: str, config: str, workload: str) -> dict:
         data = bytes(i % 251 for i in range(int(env("UDFCHAIN_BENCH_C_SIZE"))))
         rec["t_udf_seconds"] = min(_timed(udfs.burn_bytes, data) for _ in range(3))
         rec["bound_files_per_s"] = CORES / rec["t_udf_seconds"]
+    reference = None
+    if workload == "M":
+        # The same for M (decode + inference CPU per file, just before the
+        # run), and the sample's classes to check the run's values against.
+        bound = measure_m(env("UDFCHAIN_BENCH_M_DIR"), env("UDFCHAIN_BENCH_MODEL"), M_SAMPLE, repeats=1)
+        reference = bound.pop("reference")
+        rec.update({k: bound[k] for k in ("decode_cpu_s_per_file", "infer_cpu_s_per_file", "bound_files_per_s")})
+        rec["workers"] = workers_of(peer, settings)
+        fd, loads = tempfile.mkstemp(prefix=f"model-loads-{peer}-{config}-", suffix=".txt")
+        os.close(fd)
+        os.environ["UDFCHAIN_BENCH_MODEL_LOADS"] = loads  # before any worker starts: they inherit it
     t0 = time.perf_counter()
     try:
         values = RUNNERS[peer](settings, workload)
@@ -154,8 +256,148 @@ def one(peer: str, config: str, workload: str) -> dict:
     rec["seconds"] = time.perf_counter() - t0
     rec["files"] = len(values)
     rec["files_per_s"] = len(values) / rec["seconds"]
-    rec["distinct_values"] = len(set(values))
+    if workload == "M":
+        rec.update(check_m(values, reference))
+        with open(loads) as f:
+            pids = [line.strip() for line in f if line.strip()]
+        os.unlink(loads)
+        rec["model_loads"] = len(pids)
+        rec["model_load_processes"] = len(set(pids))
+        rec["over_bound"] = rec["files_per_s"] / rec["bound_files_per_s"]
+    else:
+        rec["distinct_values"] = len(set(values))
     return rec
+
+
+def check_m(values: list, reference: dict) -> dict:
+    """M's values [(path, class, score)]: how many are out of range, and how
+    many of the sample's differ from the model run directly (a class, or a
+    score by more than 1e-4: batches of other sizes may round differently)."""
+    bad = sum(1 for _, c, s in values if not (isinstance(c, int) and 0 <= c < 1000 and 0 < s <= 1))
+    by_name = {os.path.basename(str(p)): (c, s) for p, c, s in values}
+    checked = mismatches = 0
+    for name, (c, s) in reference.items():
+        got = by_name.get(name)
+        if got is None:
+            continue
+        checked += 1
+        if got[0] != c or abs(got[1] - s) > 1e-4:
+            mismatches += 1
+    return {"distinct_values": len({c for _, c, _ in values}), "invalid_values": bad,
+            "checked": checked, "mismatches": mismatches, "distinct_paths": len(by_name)}
+
+
+def measure_m(directory: str, model: str, sample: int, repeats: int = 3) -> dict:
+    """CPU seconds per file, in this process over local bytes (the first
+    `sample` files of `directory`, read before the clock), of decode +
+    resize (`tiny_cnn.decode`) and of inference in batches of 32 and of 1;
+    the best of `repeats` passes; the bound cores / (decode + inference);
+    and the sample's (class, score) by file name."""
+    import numpy as np
+    import udfs  # noqa: F401  (puts tiny_cnn on sys.path)
+    import tiny_cnn
+
+    names = sorted(n for n in os.listdir(directory) if n.endswith(".jpg"))[:sample]
+    datas = []
+    for n in names:
+        with open(os.path.join(directory, n), "rb") as f:
+            datas.append(f.read())
+    session = tiny_cnn.load(model)
+    tiny_cnn.top1(session, np.stack([tiny_cnn.decode(d) for d in datas[:M_BATCH]]))  # warm
+    dec = inf = inf1 = float("inf")
+    wall_dec = wall_inf = float("inf")
+    for _ in range(repeats):
+        c0, w0 = time.process_time(), time.perf_counter()
+        x = np.stack([tiny_cnn.decode(d) for d in datas])
+        c1, w1 = time.process_time(), time.perf_counter()
+        results = [tiny_cnn.top1(session, x[i:i + M_BATCH]) for i in range(0, len(x), M_BATCH)]
+        c2, w2 = time.process_time(), time.perf_counter()
+        for i in range(min(16, len(x))):
+            tiny_cnn.top1(session, x[i:i + 1])
+        c3 = time.process_time()
+        dec, inf = min(dec, (c1 - c0) / len(x)), min(inf, (c2 - c1) / len(x))
+        inf1 = min(inf1, (c3 - c2) / min(16, len(x)))
+        wall_dec, wall_inf = min(wall_dec, (w1 - w0) / len(x)), min(wall_inf, (w2 - w1) / len(x))
+    cls = np.concatenate([r[0] for r in results])
+    score = np.concatenate([r[1] for r in results])
+    return {
+        "sample_files": len(datas),
+        "sample_mean_bytes": sum(map(len, datas)) / max(1, len(datas)),
+        "decode_cpu_s_per_file": dec,
+        "infer_cpu_s_per_file": inf,
+        "infer_batch1_cpu_s_per_file": inf1,
+        "decode_wall_s_per_file": wall_dec,
+        "infer_wall_s_per_file": wall_inf,
+        "cores": CORES,
+        "bound_files_per_s": CORES / (dec + inf),
+        "bound_batch1_files_per_s": CORES / (dec + inf1),
+        "reference": {n: (int(c), float(s)) for n, c, s in zip(names, cls, score)},
+    }
+
+
+def _m_loop(args) -> tuple[int, float]:
+    """The bare M loop (read before the clock; decode, stack, infer per 32),
+    `rounds` times over `names`: (files, seconds)."""
+    directory, model, names, rounds, session = args
+    import numpy as np
+    import udfs  # noqa: F401
+    import tiny_cnn
+
+    session = session or tiny_cnn.load(model)
+    datas = []
+    for n in names:
+        with open(os.path.join(directory, n), "rb") as f:
+            datas.append(f.read())
+    tiny_cnn.top1(session, np.stack([tiny_cnn.decode(d) for d in datas[:2]]))
+    t0 = time.perf_counter()
+    for _ in range(rounds):
+        for i in range(0, len(datas), M_BATCH):
+            tiny_cnn.top1(session, np.stack([tiny_cnn.decode(d) for d in datas[i:i + M_BATCH]]))
+    return len(datas) * rounds, time.perf_counter() - t0
+
+
+def machine_parallel_m(directory: str, model: str, sample: int) -> dict:
+    """Files/s of M's bare loop, no engine and no I/O: in one thread; in
+    `CORES` threads of one process sharing one session (what in-process
+    concurrency can get: Pillow, numpy and onnxruntime release the GIL for
+    most of their work); in `CORES` spawned processes (a session each)."""
+    import multiprocessing
+    from concurrent.futures import ThreadPoolExecutor
+
+    import udfs  # noqa: F401
+    import tiny_cnn
+
+    names = sorted(n for n in os.listdir(directory) if n.endswith(".jpg"))[:sample]
+    one_files, one_s = _m_loop((directory, model, names, 1, None))
+    session = tiny_cnn.load(model)
+    with ThreadPoolExecutor(CORES) as pool:
+        t0 = time.perf_counter()
+        threads = sum(f for f, _ in pool.map(_m_loop, [(directory, model, names, 1, session)] * CORES))
+        threads_s = time.perf_counter() - t0
+    with multiprocessing.get_context("spawn").Pool(CORES) as pool:
+        pool.map(_m_loop, [(directory, model, names[:2], 1, None)] * CORES)  # started and warm
+        t0 = time.perf_counter()
+        procs = sum(f for f, _ in pool.map(_m_loop, [(directory, model, names, 1, None)] * CORES))
+        procs_s = time.perf_counter() - t0
+    return {"bare_loop_files_per_s": one_files / one_s,
+            "bare_loop_threads_files_per_s": threads / threads_s,
+            "bare_loop_processes_files_per_s": procs / procs_s}
+
+
+def prepare_m(directory: str, files: int, model: str) -> dict:
+    """Writes the M JPEGs (unless `directory` already holds exactly them) and the model."""
+    import udfs  # noqa: F401
+    import tiny_cnn
+
+    t0 = time.perf_counter()
+    want = [f"img{i:05}.jpg" for i in range(files)]
+    have = sorted(n for n in os.listdir(directory) if n.endswith(".jpg")) if os.path.isdir(directory) else []
+    written = 0 if have == want else tiny_cnn.write_jpegs(directory, files, processes=CORES)
+    total = sum(os.path.getsize(os.path.join(directory, n)) for n in want)
+    tiny_cnn.build(model)
+    return {"workload": "M", "prepare": True, "files": files, "bytes": total, "mean_bytes": total / max(1, files),
+            "written_bytes": written, "seconds": time.perf_counter() - t0, "model": model,
+            "model_bytes": os.path.getsize(model)}
 
 
 # ---------------------------------------------------------------------------
@@ -233,14 +475,38 @@ def main():
     quick = "--quick" in args
     workloads = ["A", "C"]
     if "--workloads" in args:
-        workloads = args[args.index("--workloads") + 1].split(",")
+        workloads = [w.strip().upper() for w in args[args.index("--workloads") + 1].split(",") if w.strip()]
+    if args and args[0] == "local-m":
+        # M over a local directory (no S3 server, no Rust harness).
+        if len(args) < 2 or args[1].startswith("-"):
+            raise SystemExit("usage: driver.py local-m DIR [--quick] [--files N] [--peers P,Q]")
+        d = os.path.abspath(args[1])
+        files = int(args[args.index("--files") + 1]) if "--files" in args else (300 if quick else 2000)
+        os.environ["UDFCHAIN_BENCH_M_DIR"] = d
+        os.environ["UDFCHAIN_BENCH_M_FILES"] = str(files)
+        os.environ["UDFCHAIN_BENCH_M_SOURCE"] = d + "/"
+        workloads = ["M"]
     peers = os.environ.get("UDFCHAIN_BENCH_PEERS", ",".join(RUNNERS)).split(",")
     if "--peers" in args:
         peers = args[args.index("--peers") + 1].split(",")
     child_env = dict(os.environ)
+    # DataChain reuses a UDF's results from the previous run of the same
+    # script ("checkpoints", keyed by the UDF's code and input, not by its
+    # settings): every run after the first of a workload would read the
+    # first's results instead of computing them.
+    child_env["DATACHAIN_IGNORE_CHECKPOINTS"] = "1"
     # Daft's process workers import `udfs` by name from a fresh interpreter
     # that does not inherit sys.path (multiprocessing's spawn does).
     child_env["PYTHONPATH"] = os.pathsep.join(p for p in (HERE, os.environ.get("PYTHONPATH")) if p)
+    if "M" in workloads:
+        model = os.path.abspath(os.environ.get("UDFCHAIN_BENCH_MODEL") or "tiny_cnn.onnx")
+        child_env["UDFCHAIN_BENCH_MODEL"] = model
+        print(json.dumps(prepare_m(env("UDFCHAIN_BENCH_M_DIR"), int(env("UDFCHAIN_BENCH_M_FILES")), model)),
+              flush=True)
+        bound = measure_m(env("UDFCHAIN_BENCH_M_DIR"), model, M_SAMPLE)
+        bound.pop("reference")
+        bound.update(machine_parallel_m(env("UDFCHAIN_BENCH_M_DIR"), model, M_SAMPLE))
+        print(json.dumps({"workload": "M", "bound": True, **bound}), flush=True)
     if "C" in workloads:
         size = int(env("UDFCHAIN_BENCH_C_SIZE"))
         rounds, t_udf = calibrate(size)
@@ -248,8 +514,12 @@ def main():
         print(json.dumps({"workload": "C", "calibration": True, "burn_rounds": rounds, "t_udf_seconds": t_udf,
                           "cores": CORES, "machine_parallel_files_per_s": machine_parallel(rounds, size, 40 if quick else 120)}),
               flush=True)
-    print(json.dumps(trivial_map(50_000 if quick else 200_000)), flush=True)
+    if "A" in workloads or "C" in workloads:
+        print(json.dumps(trivial_map(50_000 if quick else 200_000)), flush=True)
     for workload in workloads:
+        if workload not in ("A", "C", "M"):
+            print(json.dumps({"workload": workload, "error": "unknown workload (A, C or M)"}), flush=True)
+            continue
         for peer in peers:
             for config in ("defaults", "best"):
                 cmd = [sys.executable, os.path.abspath(__file__), "one", peer, config, workload]
