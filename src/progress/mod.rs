@@ -311,7 +311,11 @@ pub async fn watch<T>(
 ) -> (T, Progress) {
     let start = Instant::now();
     let mut run = std::pin::pin!(run);
-    let mut ticks = tokio::time::interval(TICK);
+    // The sample "at once" is taken before the run is first polled: a run
+    // whose first poll does all of its work (fast local files, its tasks
+    // outrunning the consumer) would otherwise give only the last sample.
+    on_tick(&Progress::sample(plan, start.elapsed()));
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + TICK, TICK);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
