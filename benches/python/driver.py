@@ -65,7 +65,7 @@ CONFIGS = {
     },
     "daft": {
         "defaults": {"A": {}, "C": {}, "M": {}},
-        "best": {"A": {}, "C": {"use_process": True}, "M": {"max_concurrency": CORES, "use_process": True}},
+        "best": {"A": {}, "C": {"use_process": True}, "M": {"use_process": False}},
     },
 }
 
@@ -240,7 +240,7 @@ def one(peer: str, config: str, workload: str) -> dict:
     if workload == "M":
         # The same for M (decode + inference CPU per file, just before the
         # run), and the sample's classes to check the run's values against.
-        bound = measure_m(env("UDFCHAIN_BENCH_M_DIR"), env("UDFCHAIN_BENCH_MODEL"), M_SAMPLE, repeats=1)
+        bound = measure_m(env("UDFCHAIN_BENCH_M_DIR"), env("UDFCHAIN_BENCH_MODEL"), M_SAMPLE)
         reference = bound.pop("reference")
         rec.update({k: bound[k] for k in ("decode_cpu_s_per_file", "infer_cpu_s_per_file", "bound_files_per_s")})
         rec["workers"] = workers_of(peer, settings)
@@ -367,21 +367,23 @@ def machine_parallel_m(directory: str, model: str, sample: int) -> dict:
     import udfs  # noqa: F401
     import tiny_cnn
 
+    # Each loop times itself (after its model load, reads and warm-up); the
+    # loops run at once, so the rate is their files over the slowest one.
     names = sorted(n for n in os.listdir(directory) if n.endswith(".jpg"))[:sample]
-    one_files, one_s = _m_loop((directory, model, names, 1, None))
+    rounds = 3
+
+    def rate(results) -> float:
+        return sum(f for f, _ in results) / max(s for _, s in results)
+
+    one = rate([_m_loop((directory, model, names, rounds, None))])
     session = tiny_cnn.load(model)
     with ThreadPoolExecutor(CORES) as pool:
-        t0 = time.perf_counter()
-        threads = sum(f for f, _ in pool.map(_m_loop, [(directory, model, names, 1, session)] * CORES))
-        threads_s = time.perf_counter() - t0
+        threads = rate(list(pool.map(_m_loop, [(directory, model, names, rounds, session)] * CORES)))
     with multiprocessing.get_context("spawn").Pool(CORES) as pool:
-        pool.map(_m_loop, [(directory, model, names[:2], 1, None)] * CORES)  # started and warm
-        t0 = time.perf_counter()
-        procs = sum(f for f, _ in pool.map(_m_loop, [(directory, model, names, 1, None)] * CORES))
-        procs_s = time.perf_counter() - t0
-    return {"bare_loop_files_per_s": one_files / one_s,
-            "bare_loop_threads_files_per_s": threads / threads_s,
-            "bare_loop_processes_files_per_s": procs / procs_s}
+        pool.map(_m_loop, [(directory, model, names[:2], 1, None)] * CORES)  # started
+        procs = rate(pool.map(_m_loop, [(directory, model, names, rounds, None)] * CORES))
+    return {"bare_loop_files_per_s": one, "bare_loop_threads_files_per_s": threads,
+            "bare_loop_processes_files_per_s": procs}
 
 
 def prepare_m(directory: str, files: int, model: str) -> dict:
