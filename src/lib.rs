@@ -22,7 +22,7 @@
 //!   [`lit`], [`JoinType`]), its settings ([`Settings`], [`OnError`],
 //!   [`Prefetch`]), the context chains run in ([`Session`]), running and
 //!   reporting ([`RunReport`], [`OperatorReport`], [`Progress`]), scripts
-//!   ([`ScriptRunner`], [`Output`]), the dataset catalog ([`Catalog`],
+//!   ([`ScriptRunner`], [`Output`]), the dataset catalog ([`Catalog`], [`LineageEntry`],
 //!   [`DatasetInfo`]), the shared cache ([`SharedCache`], [`CacheUsage`]:
 //!   what `udfchain cache du|prune|clear` do, for Rust users who manage a
 //!   cache dir themselves), the UDF contract's [`File`], [`FileReader`] and
@@ -77,7 +77,7 @@ pub use chain::{Chain, ChainBuilder, Diff, col, file_from_url};
 pub use datafusion::common::JoinType;
 pub use datafusion::prelude::lit;
 pub use dataset::checkpoints::RemovedCheckpoint;
-pub use dataset::{Catalog, DatasetInfo};
+pub use dataset::{Catalog, DatasetInfo, LineageEntry};
 pub use error::{Error, Result};
 pub use plan::{OperatorReport, RunReport, Udf};
 pub use progress::Progress;

@@ -410,3 +410,41 @@ impl PyChain {
 fn strs(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
 }
+
+/// Dataset `name`'s version `version` (default: latest) with what it read,
+/// as JSON (`udfchain.dataset_info` makes it a dict): name, version,
+/// versions, rows, bytes, created (seconds since the epoch), schema (`name:
+/// type` lines), sources (lineage entries: `kind` and `uri`, or `name` and
+/// `version`). The root is the global session's (settings or `$UDFCHAIN_ROOT`).
+#[pyfunction]
+#[pyo3(signature = (name, version=None))]
+pub fn dataset_info(py: Python<'_>, name: String, version: Option<u32>) -> PyResult<String> {
+    engine()?;
+    let root = Session::global().settings().get_root();
+    let json = wait(py, async move {
+        let catalog = udfchain::Catalog::open_async(root).await?;
+        let info = catalog.get_async(&name, version).await?;
+        let sources = catalog
+            .lineage_async(&info.name, Some(info.version))
+            .await?;
+        let versions: Vec<u32> = catalog
+            .list_async()
+            .await?
+            .into_iter()
+            .filter(|v| v.name == info.name)
+            .map(|v| v.version)
+            .collect();
+        Ok::<_, udfchain::Error>(serde_json::json!({
+            "name": info.name,
+            "version": info.version,
+            "versions": versions,
+            "rows": info.rows,
+            "bytes": info.bytes,
+            "created": info.created,
+            "schema": info.schema.lines().collect::<Vec<_>>(),
+            "sources": sources,
+        }))
+    })?
+    .map_err(to_py)?;
+    Ok(json.to_string())
+}

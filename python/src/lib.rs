@@ -39,6 +39,7 @@ fn _internal(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(chain::read_csv, m)?)?;
     m.add_function(wrap_pyfunction!(chain::read_json, m)?)?;
     m.add_function(wrap_pyfunction!(chain::read_dataset, m)?)?;
+    m.add_function(wrap_pyfunction!(chain::dataset_info, m)?)?;
     m.add_function(wrap_pyfunction!(sql::query, m)?)?;
     m.add_function(wrap_pyfunction!(sql::run, m)?)?;
     m.add_function(wrap_pyfunction!(sql::register, m)?)?;

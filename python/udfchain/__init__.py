@@ -39,6 +39,7 @@ __all__ = [
     "Mapper",
     "Loader",
     "UdfchainError",
+    "dataset_info",
     "func",
     "query",
     "read_csv",
@@ -156,6 +157,22 @@ def read_json(uri: str, **settings) -> Chain:
 def read_dataset(name: str, version: int | None = None, **settings) -> Chain:
     """A saved dataset's latest version (or `version`), under the root (settings root= or $UDFCHAIN_ROOT)."""
     return _with(_internal.read_dataset(name, version), settings)
+
+
+def dataset_info(name: str, version: int | None = None) -> dict:
+    """Dataset `name`'s version `version` (default: its latest): a dict with
+    `name`, `version`, `versions` (every version kept), `rows`, `bytes`,
+    `created` (a UTC `datetime`), `schema` ({column: Arrow type}) and
+    `sources`, what the version read: dicts `{"kind": "storage", "uri": ...}`
+    and `{"kind": "dataset", "name": ..., "version": ...}` (credentials are
+    never recorded). A missing dataset or version raises `UdfchainError`."""
+    import datetime
+    import json
+
+    info = json.loads(_internal.dataset_info(name, version))
+    info["created"] = datetime.datetime.fromtimestamp(info["created"], tz=datetime.timezone.utc)
+    info["schema"] = dict(line.split(": ", 1) for line in info["schema"])
+    return info
 
 
 def query(sql: str) -> Chain:

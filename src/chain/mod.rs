@@ -14,12 +14,14 @@
 //! `save.rs` writing its rows (a dataset version, a Parquet file);
 //! `delta.rs` delta saves (only the files added or changed since the last version);
 //! `session.rs` the chains and the catalog a [`Session`] offers;
-//! `verbs.rs` dataset verbs (diff, subtract, shuffle, sample, chunk).
+//! `verbs.rs` dataset verbs (diff, subtract, shuffle, sample, chunk);
+//! `lineage.rs` what a chain reads (the sources a save records).
 
 mod builder;
 mod delta;
 mod explode;
 mod expr;
+mod lineage;
 mod plan;
 mod run;
 mod save;

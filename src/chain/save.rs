@@ -5,7 +5,8 @@
 //!
 //! Guarantees: a bad dataset name fails before anything runs; a save dropped
 //! before its run finished leaves no version and removes its partial files;
-//! a dataset's recorded query is redacted (no credentials).
+//! a dataset's recorded query is redacted (no credentials); a version records
+//! what it read (its lineage, `chain/lineage.rs`) in its commit.
 //!
 //! Resumable: under `checkpoints = true` (the default) a save's map and
 //! batch_map UDFs keep their results in the checkpoint of (dataset name,
@@ -64,6 +65,8 @@ impl Chain {
         let chain = self.for_save(name, &catalog).await?;
         let staging = catalog.staging_dir_async().await?;
         let mut df = chain.dataframe().await?;
+        // What it reads, before anything runs (recorded with the version).
+        let sources = super::lineage::sources(df.logical_plan(), &root);
         let checkpoint = if chain.settings.get_checkpoints() {
             let (name, fresh) = (name.to_string(), chain.settings.get_fresh_checkpoints());
             // A built-in UDF's results are those of this udfchain version.
@@ -87,7 +90,7 @@ impl Chain {
         match chain.write_dataset(df, staging.path(), on_progress).await {
             Ok((schema, rows, query)) => {
                 let info = catalog
-                    .commit_async(name, staging, schema, rows, query)
+                    .commit_with_lineage_async(name, staging, schema, rows, query, sources)
                     .await?;
                 if let Some(held) = checkpoint {
                     let _ = crate::runtime::blocking(move || {

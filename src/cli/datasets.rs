@@ -1,6 +1,7 @@
 //! `udfchain datasets ls|info|rm|gc`: the datasets saved in the catalog under
-//! the root. `info` redacts the stored query; `gc` removes the checkpoints
-//! of saves that failed or were killed.
+//! the root. `info` redacts the stored query and prints what the version read
+//! (its lineage, one `read from` line each; `--format json`: one JSON object);
+//! `gc` removes the checkpoints of saves that failed or were killed.
 
 use std::sync::Arc;
 
@@ -18,16 +19,21 @@ Examples:
   udfchain datasets ls
   udfchain datasets ls --format csv")]
     Ls,
-    /// One dataset version (default: latest).
+    /// One dataset version (default: latest): its rows, bytes, creation
+    /// time, schema, what it read (storage URIs, dataset versions) and query.
     #[command(after_help = "\
 Examples:
   udfchain datasets info lines
-  udfchain datasets info lines 1")]
+  udfchain datasets info lines 1
+  udfchain datasets info lines --version 1 --format json")]
     Info {
         /// The dataset's name.
         name: String,
         /// The version (default: latest).
         version: Option<u32>,
+        /// The version, as a flag (the same as the positional VERSION).
+        #[arg(long = "version", value_name = "V", conflicts_with = "version")]
+        version_flag: Option<u32>,
     },
     /// Remove one version, or all versions.
     #[command(after_help = "\
@@ -65,10 +71,50 @@ pub async fn run(
                 _ => Ok(()),
             }
         }
-        DatasetsCommand::Info { name, version } => {
-            let i = catalog.get_async(&name, version).await?;
+        DatasetsCommand::Info {
+            name,
+            version,
+            version_flag,
+        } => {
+            let i = catalog.get_async(&name, version.or(version_flag)).await?;
+            let sources = catalog.lineage_async(&i.name, Some(i.version)).await?;
+            let versions: Vec<u32> = catalog
+                .list_async()
+                .await?
+                .into_iter()
+                .filter(|v| v.name == i.name)
+                .map(|v| v.version)
+                .collect();
+            let created = chrono::DateTime::from_timestamp(i.created, 0)
+                .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+                .unwrap_or_else(|| i.created.to_string());
+            if let print::Format::Json = out.format {
+                let json = serde_json::json!({
+                    "name": i.name,
+                    "version": i.version,
+                    "versions": versions,
+                    "rows": i.rows,
+                    "bytes": i.bytes,
+                    "created": created,
+                    "path": i.path.display().to_string(),
+                    "schema": i.schema.lines().collect::<Vec<_>>(),
+                    "sources": sources,
+                    "query": redact(&i.query),
+                });
+                return print::line(json);
+            }
+            let versions = versions
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(", ");
+            let read_from = if sources.is_empty() {
+                "\n  (nothing recorded)".to_string()
+            } else {
+                sources.iter().map(|s| format!("\n  {s}")).collect()
+            };
             print::line(format_args!(
-                "name:    {}\nversion: {}\nrows:    {}\nbytes:   {}\npath:    {}\nschema:\n  {}\nquery:\n  {}",
+                "name:    {}\nversion: {}\nversions: {versions}\nrows:    {}\nbytes:   {}\ncreated: {created}\npath:    {}\nschema:\n  {}\nread from:{read_from}\nquery:\n  {}",
                 i.name,
                 i.version,
                 i.rows,

@@ -42,6 +42,9 @@
 //! [`Error::Dataset`] messages.
 
 pub mod checkpoints;
+mod lineage;
+
+pub use lineage::LineageEntry;
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -153,6 +156,8 @@ impl Catalog {
             );",
         )
         .map_err(&sql)?;
+        let mut conn = conn;
+        lineage::migrate(&mut conn).map_err(&sql)?;
         cat.sweep(conn)?;
         Ok(cat)
     }
@@ -257,10 +262,25 @@ impl Catalog {
     pub fn commit(
         &self,
         name: &str,
+        staging: Staging,
+        schema: &str,
+        rows: u64,
+        query: &str,
+    ) -> Result<DatasetInfo> {
+        self.commit_with_lineage(name, staging, schema, rows, query, &[])
+    }
+
+    /// [`Catalog::commit`], recording `sources` as what the version read
+    /// (in the transaction that makes the version visible; see
+    /// [`Catalog::lineage`]).
+    pub fn commit_with_lineage(
+        &self,
+        name: &str,
         mut staging: Staging,
         schema: &str,
         rows: u64,
         query: &str,
+        sources: &[LineageEntry],
     ) -> Result<DatasetInfo> {
         check_name(name)?;
         let sql = self.sql_err();
@@ -339,13 +359,18 @@ impl Catalog {
                 query
             ],
         );
-        let issued = inserted.and_then(|_| {
-            tx.execute(
-                "INSERT INTO dataset_seq (name, last) VALUES (?1, ?2)
+        let issued = inserted
+            .and_then(|_| {
+                tx.execute(
+                    "INSERT INTO dataset_seq (name, last) VALUES (?1, ?2)
                  ON CONFLICT(name) DO UPDATE SET last = excluded.last",
-                params![name, version],
-            )
-        });
+                    params![name, version],
+                )
+            })
+            // A version number is never reused, so no older lineage rows
+            // can be under (name, version); clear them anyway.
+            .and_then(|_| lineage::delete(&tx, name, Some(version)))
+            .and_then(|()| lineage::insert(&tx, name, version, sources));
         match issued.and_then(|_| tx.commit()) {
             Ok(()) => Ok(info),
             Err(e) => {
@@ -368,8 +393,47 @@ impl Catalog {
         rows: u64,
         query: String,
     ) -> Result<DatasetInfo> {
+        self.commit_with_lineage_async(name, staging, schema, rows, query, Vec::new())
+            .await
+    }
+
+    /// [`Catalog::commit_with_lineage`] on the blocking pool.
+    ///
+    /// # Cancel safety
+    /// As [`Catalog::commit_async`].
+    pub async fn commit_with_lineage_async(
+        &self,
+        name: &str,
+        staging: Staging,
+        schema: String,
+        rows: u64,
+        query: String,
+        sources: Vec<LineageEntry>,
+    ) -> Result<DatasetInfo> {
         let (cat, name) = (self.clone(), name.to_string());
-        blocking(move || cat.commit(&name, staging, &schema, rows, &query)).await
+        blocking(move || cat.commit_with_lineage(&name, staging, &schema, rows, &query, &sources))
+            .await
+    }
+
+    /// What version `version` of `name` (default: its latest) read: storage
+    /// URIs and dataset versions, in plan order, without duplicates. Empty
+    /// for a version that read neither (values, a SQL `VALUES`) or that was
+    /// saved by a udfchain older than lineage. A missing dataset or version
+    /// is an [`Error::Dataset`], as in [`Catalog::get`].
+    pub fn lineage(&self, name: &str, version: Option<u32>) -> Result<Vec<LineageEntry>> {
+        let info = self.get(name, version)?;
+        let conn = self.connect()?;
+        lineage::read(&conn, &info.name, info.version).map_err(self.sql_err())
+    }
+
+    /// [`Catalog::lineage`] on the blocking pool.
+    pub async fn lineage_async(
+        &self,
+        name: &str,
+        version: Option<u32>,
+    ) -> Result<Vec<LineageEntry>> {
+        let (cat, name) = (self.clone(), name.to_string());
+        blocking(move || cat.lineage(&name, version)).await
     }
 
     /// Version `version` of `name`, or its latest.
@@ -442,6 +506,7 @@ impl Catalog {
                 .map_err(&sql)?;
             rows.collect::<Result<Vec<_>, _>>().map_err(&sql)?
         };
+        lineage::delete(&tx, name, version).map_err(&sql)?;
         if paths.is_empty() {
             drop(tx);
             return Err(self

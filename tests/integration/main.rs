@@ -16,6 +16,7 @@ mod images;
 mod keys;
 mod layers;
 mod lifecycle;
+mod lineage;
 mod loader;
 mod on_error;
 mod pipeline;
