@@ -73,7 +73,9 @@ pub mod testing;
 pub(crate) mod util;
 
 pub use cache::{CacheUsage, SharedCache};
-pub use chain::{Chain, ChainBuilder, Diff, col, file_from_url};
+pub use chain::{
+    Chain, ChainBuilder, Diff, ExportSummary, LinkType, Placement, col, file_from_url,
+};
 pub use datafusion::common::JoinType;
 pub use datafusion::prelude::lit;
 pub use dataset::checkpoints::RemovedCheckpoint;

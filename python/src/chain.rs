@@ -401,6 +401,25 @@ impl PyChain {
         Ok((info.name, info.version, info.rows))
     }
 
+    /// Writes the files of column `signal` below `output`: (written, skipped).
+    fn to_storage(
+        &self,
+        py: Python<'_>,
+        output: String,
+        signal: String,
+        placement: String,
+        link_type: String,
+    ) -> PyResult<(u64, u64)> {
+        let placement: udfchain::Placement = placement.parse().map_err(to_py)?;
+        let link_type: udfchain::LinkType = link_type.parse().map_err(to_py)?;
+        let c = self.chain.clone();
+        let done = wait(py, async move {
+            c.to_storage(&output, &signal, placement, link_type).await
+        })?
+        .map_err(to_py)?;
+        Ok((done.written, done.skipped))
+    }
+
     fn to_parquet(&self, py: Python<'_>, uri: String) -> PyResult<()> {
         let c = self.chain.clone();
         wait(py, async move { c.to_parquet(&uri).await })?.map_err(to_py)

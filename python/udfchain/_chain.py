@@ -9,6 +9,7 @@ and stop at Ctrl-C.
 
 from __future__ import annotations
 
+import logging
 import os
 
 from ._pyarrow import pa
@@ -528,6 +529,25 @@ class Chain:
 
     def to_parquet(self, uri: str) -> None:
         self._c.to_parquet(uri)
+
+    def to_storage(
+        self,
+        output: str,
+        signal: str = "file",
+        placement: str = "fullpath",
+        link_type: str = "copy",
+    ) -> None:
+        """Writes every file of the File column `signal` below `output` (a
+        local dir or a store URI), as DataChain's `to_storage`: `placement`
+        "fullpath" | "filename" | "etag" | "checksum", `link_type` "copy" |
+        "symlink" (local files into a local dir). Files appear complete or
+        not at all; two files with one name are an error naming both; a
+        rerun skips files already there with their size. Returns None (as
+        DataChain); the counts go to the `udfchain` logger at INFO."""
+        written, skipped = self._c.to_storage(output, signal, placement, link_type)
+        logging.getLogger("udfchain").info(
+            "to_storage %s: %d file(s) written, %d skipped (already there)", output, written, skipped
+        )
 
     def __repr__(self):
         return "Chain(...)"

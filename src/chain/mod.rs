@@ -15,11 +15,13 @@
 //! `delta.rs` delta saves (only the files added or changed since the last version);
 //! `session.rs` the chains and the catalog a [`Session`] offers;
 //! `verbs.rs` dataset verbs (diff, subtract, shuffle, sample, chunk);
-//! `lineage.rs` what a chain reads (the sources a save records).
+//! `lineage.rs` what a chain reads (the sources a save records);
+//! `export.rs` `to_storage` (a File column's files written out).
 
 mod builder;
 mod delta;
 mod explode;
+mod export;
 mod expr;
 mod lineage;
 mod plan;
@@ -30,6 +32,7 @@ mod verbs;
 
 pub use builder::ChainBuilder;
 pub(crate) use delta::{Delta, DeltaSource};
+pub use export::{ExportSummary, LinkType, Placement};
 pub use verbs::Diff;
 
 use crate::settings::Settings;

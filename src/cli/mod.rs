@@ -1,6 +1,6 @@
 //! The `udfchain` command line, compiled into the binary only: the clap
 //! types of every command and their dispatch. One file per command group
-//! (`script` run/query/explain, `storage` ls/du, `datasets`, `pipeline`,
+//! (`script` run/query/explain, `storage` ls/du, `datasets`, `export`, `pipeline`,
 //! `cluster`, `serve`, `cache`); everything written to standard output goes
 //! through `print`. It uses the library's public API (and its
 //! `#[doc(hidden)]` testing module for what only the CLI needs); nothing in
@@ -9,6 +9,7 @@
 mod cache;
 mod cluster;
 mod datasets;
+mod export;
 mod pipeline;
 pub mod print;
 mod script;
@@ -138,6 +139,15 @@ Examples:
         #[command(subcommand)]
         command: datasets::DatasetsCommand,
     },
+    /// Write the files of a query's File column below a dir or store URI (to_storage).
+    #[command(after_help = "\
+Examples:
+  udfchain export \"SELECT file FROM read_storage('s3://bucket/imgs/') WHERE file.size > 0\" out/
+  udfchain export \"SELECT file FROM read_dataset('picked')\" s3://bucket/picked/ --placement filename
+  udfchain export \"SELECT file FROM read_storage('data/')\" links/ --link-type symlink
+
+Files appear complete or not at all; a rerun skips files already written.")]
+    Export(export::ExportArgs),
     /// Pipelines: triggers and selection over new data, training sets as datasets.
     #[command(after_help = pipeline::EXAMPLES)]
     Pipeline {
@@ -248,6 +258,9 @@ pub async fn run(cli: Cli) -> udfchain::Result<()> {
         } => storage::ls(&session, &out, &uri, non_recursive, glob).await,
         Command::Du { uri } => storage::du(&session, &out, &uri).await,
         Command::Datasets { command } => datasets::run(command, session, &settings, &out).await,
+        Command::Export(args) => {
+            cluster::interruptible(&settings, export::run(args, session, &out)).await
+        }
         Command::Pipeline { command } => {
             pipeline::run(command, &session, matches!(out.format, Format::Json)).await
         }

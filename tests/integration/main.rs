@@ -10,6 +10,7 @@ mod datasets;
 mod delta;
 mod errors;
 mod execution;
+mod export;
 mod first_run;
 mod fuzz;
 mod images;
