@@ -376,6 +376,29 @@ impl PyChain {
         wait(py, async move { c.count().await })?.map_err(to_py)
     }
 
+    /// One aggregate (an expression of `aggregate`) over every row, as an
+    /// Arrow IPC stream of one row and one column.
+    fn aggregate_value<'py>(&self, py: Python<'py>, agg: PyExpr) -> PyResult<Bound<'py, PyBytes>> {
+        let c = self.chain.clone();
+        let value = wait(py, async move { c.aggregate_value(agg.expr).await })?.map_err(to_py)?;
+        let array = value
+            .to_array()
+            .map_err(|e| to_py(udfchain::Error::from(e)))?;
+        let schema = Arc::new(datafusion::arrow::datatypes::Schema::new(vec![Field::new(
+            "value",
+            array.data_type().clone(),
+            true,
+        )]));
+        let batch =
+            datafusion::arrow::array::RecordBatch::try_new(Arc::clone(&schema), vec![array])
+                .map_err(|e| {
+                    to_py(udfchain::Error::from(
+                        datafusion::error::DataFusionError::from(e),
+                    ))
+                })?;
+        Ok(bytes(py, to_ipc(&schema, &[batch]).map_err(to_py)?))
+    }
+
     fn to_table_string(&self, py: Python<'_>, n: usize) -> PyResult<String> {
         let c = self.chain.clone();
         wait(py, async move { c.to_table_string(n).await })?.map_err(to_py)

@@ -490,8 +490,9 @@ class Chain:
     # chain-level aggregates (DataChain's sum, avg, min, max)
 
     def _aggregate(self, how: str, col):
-        g = self.group_by((), value=_internal.aggregate(how, expr(col)))
-        values = g.to_values("value")
+        # The Rust chain's aggregate_value (Chain::sum / avg / min / max).
+        t = pa.ipc.open_stream(self._c.aggregate_value(_internal.aggregate(how, expr(col)))).read_all()
+        values = _values(t.column(0))
         return values[0] if values else None
 
     def sum(self, col):

@@ -1,5 +1,6 @@
 //! Running a [`Chain`]: collecting its rows (with progress, as typed rows, as
-//! a table), streaming them, counting them, and running with a report.
+//! a table), streaming them, counting them, one aggregate over every row
+//! (`sum`, `avg`, `min`, `max`), and running with a report.
 //!
 //! Guarantees: dropping a run's future (or its stream) cancels the run, its
 //! UDF calls and downloads; progress is shown as the chain's `progress`
@@ -9,6 +10,9 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::util::pretty::pretty_format_batches;
+use datafusion::common::ScalarValue;
+use datafusion::functions_aggregate::expr_fn as agg;
+use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::display::DisplayableExecutionPlan;
 use futures::stream::{BoxStream, StreamExt, TryStreamExt};
 use serde::de::DeserializeOwned;
@@ -94,6 +98,47 @@ impl Chain {
     /// The number of result rows.
     pub async fn count(&self) -> Result<usize> {
         Ok(self.dataframe().await?.count().await?)
+    }
+
+    /// The value of one aggregate expression over every row, e.g.
+    /// `count(col("id"))` from `datafusion::functions_aggregate::expr_fn`:
+    /// the chain runs once, the value is computed by DataFusion's aggregate
+    /// (null for `sum` / `avg` / `min` / `max` of no rows, as in SQL).
+    ///
+    /// # Cancel safety
+    /// Dropping the future cancels the run, as [`collect`](Self::collect).
+    pub async fn aggregate_value(&self, agg: Expr) -> Result<ScalarValue> {
+        let batches = self
+            .clone()
+            .group_by(Vec::<Expr>::new(), [agg.alias("value")])
+            .collect()
+            .await?;
+        let batch = batches
+            .iter()
+            .find(|b| b.num_rows() > 0)
+            .ok_or_else(|| Error::internal("an aggregate without keys gave no row"))?;
+        Ok(ScalarValue::try_from_array(batch.column(0), 0)?)
+    }
+
+    /// The sum of column `column` (dots reach into structs: `file.size`)
+    /// over every row (DataChain's `sum`); null for no rows.
+    pub async fn sum(&self, column: &str) -> Result<ScalarValue> {
+        self.aggregate_value(agg::sum(super::col(column))).await
+    }
+
+    /// The mean of column `column` over every row (a float); null for no rows.
+    pub async fn avg(&self, column: &str) -> Result<ScalarValue> {
+        self.aggregate_value(agg::avg(super::col(column))).await
+    }
+
+    /// The smallest value of column `column`; null for no rows.
+    pub async fn min(&self, column: &str) -> Result<ScalarValue> {
+        self.aggregate_value(agg::min(super::col(column))).await
+    }
+
+    /// The largest value of column `column`; null for no rows.
+    pub async fn max(&self, column: &str) -> Result<ScalarValue> {
+        self.aggregate_value(agg::max(super::col(column))).await
     }
 
     /// The first `n` rows as an aligned table.

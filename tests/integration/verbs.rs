@@ -509,3 +509,40 @@ async fn explode_reads_json_texts_as_structs_like_serde_json() {
         "{text}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sum_avg_min_max_equal_the_values_computed_in_rust() {
+    use udfchain::datafusion::common::ScalarValue;
+    let rows = versions().0;
+    let ns: Vec<i64> = rows.iter().map(|r| r.n).collect();
+    let chain = Chain::from_values(&rows);
+    assert_eq!(
+        chain.sum("n").await.expect("sum"),
+        ScalarValue::Int64(Some(ns.iter().sum()))
+    );
+    assert_eq!(
+        chain.avg("n").await.expect("avg"),
+        ScalarValue::Float64(Some(ns.iter().sum::<i64>() as f64 / ns.len() as f64))
+    );
+    assert_eq!(
+        chain.min("n").await.expect("min"),
+        ScalarValue::Int64(ns.iter().min().copied())
+    );
+    assert_eq!(
+        chain.max("value").await.expect("max of text"),
+        ScalarValue::Utf8(rows.iter().filter_map(|r| r.value.clone()).max())
+    );
+    // No rows: null, as SQL's aggregates give.
+    let none = chain.clone().filter(col("n").lt(udfchain::lit(0i64)));
+    assert!(none.sum("n").await.expect("empty sum").is_null());
+    assert!(none.max("n").await.expect("empty max").is_null());
+    // A struct field by its dotted name.
+    let dir = tempfile::tempdir().expect("dir");
+    let sizes = crate::support::write_files(dir.path(), 5, |i| 10 * (i + 1));
+    assert_eq!(sizes.len(), 5);
+    let total = Chain::from_storage(dir.path().to_str().expect("utf8"))
+        .sum("file.size")
+        .await
+        .expect("sum of sizes");
+    assert_eq!(total, ScalarValue::UInt64(Some(10 + 20 + 30 + 40 + 50)));
+}
