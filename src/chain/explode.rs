@@ -50,15 +50,26 @@ fn bad_row(column: &str, row: usize, text: &str, why: &str) -> String {
 }
 
 /// `json_to_struct(text)` with fixed output fields (one per explode step).
+/// The cluster codecs carry it as its column name and fields.
 #[derive(Debug, PartialEq, Eq, Hash)]
-pub(super) struct JsonToStruct {
+pub(crate) struct JsonToStruct {
     column: String,
     fields: Fields,
     signature: Signature,
 }
 
 impl JsonToStruct {
-    pub(super) fn udf(column: &str, fields: Fields) -> ScalarUDF {
+    /// The column it reads (for errors).
+    pub(crate) fn column(&self) -> &str {
+        &self.column
+    }
+
+    /// The struct fields it decodes to.
+    pub(crate) fn fields(&self) -> &Fields {
+        &self.fields
+    }
+
+    pub(crate) fn udf(column: &str, fields: Fields) -> ScalarUDF {
         ScalarUDF::new_from_impl(Self {
             column: column.to_string(),
             fields,

@@ -32,6 +32,7 @@ mod verbs;
 
 pub use builder::ChainBuilder;
 pub(crate) use delta::{Delta, DeltaSource};
+pub(crate) use explode::JsonToStruct;
 pub use export::{ExportSummary, LinkType, Placement};
 pub use verbs::Diff;
 

@@ -236,10 +236,9 @@ fn client_session(settings: Settings, config: SessionConfig, http: String) -> Re
         .with_config(config)
         .build()
         .upgrade_for_ballista(http)?;
-    Ok(Session::from_context(
-        SessionContext::new_with_state(state),
-        settings,
-    ))
+    let ctx = SessionContext::new_with_state(state);
+    crate::session::register_functions(&ctx);
+    Ok(Session::from_context(ctx, settings))
 }
 
 /// Plans everything on the cluster, except that a `COPY TO` writes here the

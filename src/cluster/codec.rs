@@ -3,7 +3,10 @@
 //! and hand everything else to Ballista's own codecs.
 //!
 //! Encoded here: the logical `UdfNode`, the `StorageTable` and in-memory
-//! (`from_values`) table providers, and the physical `MapExec`,
+//! (`from_values`) table providers, the scalar functions `row_hash`,
+//! `file_from_url` and `json_to_struct` (shuffle / sample / chunk, URL
+//! files, explode: in logical and physical plans, carried by the codec so
+//! no node's function registry needs them), and the physical `MapExec`,
 //! `GenerateExec`, `BatchMapExec`, `AggregateExec`, `PrefetchExec` and
 //! `ListingExec`. A UDF travels as its kind, name, params and output column
 //! (never its code), with the settings it was added with (prefetch, cache,
@@ -51,13 +54,16 @@ use udfchain_udfs::Signature;
 use super::job_watch::{JobWatch, WatchExec};
 use super::registry::{UdfRegistry, placeholder};
 use super::reruns::one_read_per_map_output;
+use crate::chain::JsonToStruct;
 use crate::error::Error;
 use crate::plan::{
     Instance, PrefetchExec, PrefetchOptions, Udf, UdfNode, prefetch_options, udf_exec,
     udf_exec_parts,
 };
+use crate::session::RowHash;
 use crate::settings::{OnError, Prefetch, Settings};
 use crate::storage::{ListingExec, StorageTable};
+use udfchain_udfs::FileFromUrl;
 
 const TAG: &[u8] = b"udfchain/1:";
 const UDF_NODE: u8 = b'U';
@@ -67,6 +73,59 @@ const UDF_EXEC: u8 = b'E';
 const PREFETCH_EXEC: u8 = b'P';
 const LISTING_EXEC: u8 = b'L';
 const WATCH_EXEC: u8 = b'W';
+const SCALAR_FN: u8 = b'F';
+
+/// A udfchain scalar function on the wire: plans of `shuffle` / `sample` /
+/// `chunk` call `row_hash`, `explode` a `json_to_struct` with its fields,
+/// `file_from_url` makes Files of URLs. Carried by the codecs themselves, so
+/// a node decodes them whatever its function registry holds.
+#[derive(Serialize, Deserialize)]
+enum WireFn {
+    RowHash,
+    FileFromUrl,
+    JsonToStruct {
+        column: String,
+        /// The fields, as an Arrow IPC schema.
+        fields: Vec<u8>,
+    },
+}
+
+/// Encodes `node` when it is one of ours; `false` (nothing written) otherwise.
+fn encode_fn(node: &datafusion::logical_expr::ScalarUDF, buf: &mut Vec<u8>) -> DfResult<bool> {
+    let inner = node.inner().as_ref();
+    let wire = if inner.downcast_ref::<RowHash>().is_some() {
+        WireFn::RowHash
+    } else if inner.downcast_ref::<FileFromUrl>().is_some() {
+        WireFn::FileFromUrl
+    } else if let Some(j) = inner.downcast_ref::<JsonToStruct>() {
+        WireFn::JsonToStruct {
+            column: j.column().to_string(),
+            fields: ipc(&Schema::new(j.fields().clone()), &[])?,
+        }
+    } else {
+        return Ok(false);
+    };
+    write(buf, SCALAR_FN, &wire)?;
+    Ok(true)
+}
+
+/// The function `buf` holds when it is one of ours (see [`WireFn`]).
+fn decode_fn(buf: &[u8]) -> Option<DfResult<Arc<datafusion::logical_expr::ScalarUDF>>> {
+    let (SCALAR_FN, body) = ours(buf)? else {
+        return None;
+    };
+    let decode = || -> DfResult<_> {
+        Ok(Arc::new(match read::<WireFn>(body)? {
+            WireFn::RowHash => RowHash::udf(),
+            WireFn::FileFromUrl => FileFromUrl::udf(),
+            WireFn::JsonToStruct { column, fields } => {
+                let (schema, _) = from_ipc(&fields)?;
+                JsonToStruct::udf(&column, schema.fields().clone())
+            }
+        }))
+    };
+    Some(decode())
+}
 
 fn df(e: impl std::fmt::Display) -> DataFusionError {
     DataFusionError::Internal(format!("cluster codec: {e}"))
@@ -337,6 +396,28 @@ impl LogicalCodec {
 }
 
 impl LogicalExtensionCodec for LogicalCodec {
+    fn try_decode_udf(
+        &self,
+        name: &str,
+        buf: &[u8],
+    ) -> DfResult<Arc<datafusion::logical_expr::ScalarUDF>> {
+        match decode_fn(buf) {
+            Some(f) => f,
+            None => self.inner.try_decode_udf(name, buf),
+        }
+    }
+
+    fn try_encode_udf(
+        &self,
+        node: &datafusion::logical_expr::ScalarUDF,
+        buf: &mut Vec<u8>,
+    ) -> DfResult<()> {
+        if encode_fn(node, buf)? {
+            return Ok(());
+        }
+        self.inner.try_encode_udf(node, buf)
+    }
+
     fn try_decode(
         &self,
         buf: &[u8],
@@ -594,7 +675,10 @@ impl PhysicalExtensionCodec for PhysicalCodec {
         name: &str,
         buf: &[u8],
     ) -> DfResult<Arc<datafusion::logical_expr::ScalarUDF>> {
-        self.inner.try_decode_udf(name, buf)
+        match decode_fn(buf) {
+            Some(f) => f,
+            None => self.inner.try_decode_udf(name, buf),
+        }
     }
 
     fn try_encode_udf(
@@ -602,6 +686,9 @@ impl PhysicalExtensionCodec for PhysicalCodec {
         node: &datafusion::logical_expr::ScalarUDF,
         buf: &mut Vec<u8>,
     ) -> DfResult<()> {
+        if encode_fn(node, buf)? {
+            return Ok(());
+        }
         self.inner.try_encode_udf(node, buf)
     }
 }

@@ -38,6 +38,18 @@ impl std::fmt::Debug for Session {
     }
 }
 
+/// Registers udfchain's scalar functions in `ctx`: every session's, and a
+/// cluster client's again (its Ballista state does not keep them).
+pub(crate) fn register_functions(ctx: &SessionContext) {
+    // `file_from_url(url)` in SQL and in chain expressions.
+    ctx.register_udf(udfchain_udfs::FileFromUrl::udf());
+    for f in udfchain_udfs::builtins::image::functions() {
+        ctx.register_udf(f);
+    }
+    // `row_hash(seed, ...)`: shuffle, sample and chunk in SQL.
+    ctx.register_udf(RowHash::udf());
+}
+
 impl Session {
     /// A new session with default settings and an empty `memory://` store.
     pub fn new() -> Arc<Self> {
@@ -63,13 +75,7 @@ impl Session {
             .with_query_planner(Arc::new(UdfQueryPlanner))
             .build();
         let ctx = SessionContext::new_with_state(state);
-        // `file_from_url(url)` in SQL and in chain expressions.
-        ctx.register_udf(udfchain_udfs::FileFromUrl::udf());
-        for f in udfchain_udfs::builtins::image::functions() {
-            ctx.register_udf(f);
-        }
-        // `row_hash(seed, ...)`: shuffle, sample and chunk in SQL.
-        ctx.register_udf(RowHash::udf());
+        register_functions(&ctx);
         if let Ok(url) = Url::parse("memory:///") {
             ctx.register_object_store(&url, Arc::new(InMemory::new()));
         }

@@ -11,7 +11,10 @@
 //! clear error at once. A query whose stream the client drops is cancelled
 //! on the cluster (the executor stops calling the UDF, its slot is free
 //! again), in process and with real processes; a failing UDF's error reaches
-//! the client as one readable line.
+//! the client as one readable line. `shuffle`, `sample`, `chunk` and
+//! `explode` (their `row_hash` and `json_to_struct` functions) give the
+//! local rows on the cluster in process, and SQL's `row_hash` with real
+//! processes.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -656,6 +659,23 @@ async fn the_cli_runs_queries_and_scripts_on_a_cluster_of_cli_processes() {
     assert_eq!(local.lines().count(), 7, "{local}");
     assert_eq!(String::from_utf8_lossy(&remote.stdout), local);
 
+    // row_hash (SQL's shuffle / chunk) travels in the plan to real processes.
+    let sql = format!(
+        "SELECT file.path AS path, row_hash(3, file.path) % 2 AS half FROM read_storage('{}') \
+         ORDER BY row_hash(3, file.path)",
+        data.display()
+    );
+    let local = cli(base(&["query", &sql]), None).await;
+    let remote = cli(base(&["--cluster", &url, "query", &sql]), None).await;
+    assert!(
+        remote.status.success(),
+        "{}",
+        String::from_utf8_lossy(&remote.stderr)
+    );
+    let local = String::from_utf8_lossy(&local.stdout).to_string();
+    assert_eq!(local.lines().count(), 7, "{local}");
+    assert_eq!(String::from_utf8_lossy(&remote.stdout), local);
+
     // A script switching to the cluster, saving a dataset there (committed here).
     let script = format!(
         "SET cluster = '{url}';\nSET workers = 2;\n\
@@ -1070,4 +1090,65 @@ async fn a_query_on_a_cluster_without_executors_says_so_and_gives_up() {
         text.contains("no executor registered at the scheduler for 3s (cluster_executor_timeout)"),
         "{text}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shuffle_sample_chunk_and_explode_run_on_the_cluster_as_locally() {
+    #[derive(Serialize, Deserialize)]
+    struct Row {
+        id: u64,
+        json: String,
+    }
+    let rows: Vec<Row> = (0..40)
+        .map(|id| Row {
+            id,
+            json: format!("{{\"a\": {id}, \"b\": \"x{id}\"}}"),
+        })
+        .collect();
+    let cluster = Session::standalone(Settings::new().workers(2), registry(), 2)
+        .await
+        .expect("standalone cluster");
+    let text = |b: Vec<datafusion::arrow::array::RecordBatch>| {
+        datafusion::arrow::util::pretty::pretty_format_batches(&b)
+            .expect("format")
+            .to_string()
+    };
+    type MakeChain<'a> = Box<dyn Fn(Arc<Session>) -> Chain + 'a>;
+    let chains: Vec<(&str, MakeChain)> = vec![
+        (
+            "shuffle",
+            Box::new(|s| Chain::from_values_in(s, &rows).shuffle(Some(7))),
+        ),
+        (
+            "sample",
+            Box::new(|s| Chain::from_values_in(s, &rows).sample(5, Some(3))),
+        ),
+        (
+            "chunk",
+            Box::new(|s| {
+                Chain::from_values_in(s, &rows)
+                    .chunk(1, 3)
+                    .order_by([col("id").sort(true, false)])
+            }),
+        ),
+        (
+            "explode",
+            Box::new(|s| {
+                Chain::from_values_in(s, &rows)
+                    .explode("json", Some("j"), 10)
+                    .select([col("id"), col("j.a"), col("j.b")])
+                    .order_by([col("id").sort(true, false)])
+            }),
+        ),
+    ];
+    for (name, chain) in &chains {
+        let remote = text(
+            chain(Arc::clone(&cluster))
+                .collect()
+                .await
+                .unwrap_or_else(|e| panic!("{name} on the cluster: {e}")),
+        );
+        let local = text(chain(Session::new()).collect().await.expect("local"));
+        assert_eq!(remote, local, "{name}");
+    }
 }
