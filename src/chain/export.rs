@@ -22,7 +22,8 @@
 //!   multipart upload that becomes visible only when completed.
 //! - **Reruns skip**: a destination that already exists with the file's size
 //!   is skipped before any download (for `symlink`, a link to the same
-//!   file). The name carries the content's identity under `placement =
+//!   file); a store's output prefix is listed once for this, not asked per
+//!   file. The name carries the content's identity under `placement =
 //!   "etag"` (the ETag) and `"checksum"` (the SHA-256 of the bytes, read
 //!   before naming: such files are read again on a rerun, not written).
 //! - **Safe names**: a destination with an empty, `.` or `..` segment (a
@@ -48,7 +49,7 @@ use datafusion::arrow::array::{Array, BooleanArray, RecordBatch, StringArray};
 use datafusion::arrow::compute::filter_record_batch;
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::datasource::MemTable;
-use datafusion::object_store::{ObjectStore, ObjectStoreExt};
+use datafusion::object_store::ObjectStore;
 use futures::{StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -140,7 +141,7 @@ impl Chain {
         placement: Placement,
         link_type: LinkType,
     ) -> Result<ExportSummary> {
-        let out = Arc::new(Output::open(self, output)?);
+        let out = Arc::new(Output::open(self, output).await?);
         if link_type == LinkType::Symlink && !matches!(*out, Output::Local(_)) {
             return Err(Error::plan(format!(
                 "to_storage(link_type=\"symlink\") needs a local output directory, not {}",
@@ -405,11 +406,14 @@ enum Output {
     Store {
         store: Arc<dyn ObjectStore>,
         loc: Location,
+        /// The objects below the output when the export started, key ->
+        /// size: one listing instead of a HEAD per file.
+        existing: HashMap<String, u64>,
     },
 }
 
 impl Output {
-    fn open(chain: &Chain, output: &str) -> Result<Self> {
+    async fn open(chain: &Chain, output: &str) -> Result<Self> {
         if let Some(dir) = local_dir(output) {
             return Ok(Self::Local(dir));
         }
@@ -419,7 +423,21 @@ impl Output {
             &loc,
             chain.settings.get_storage_options(),
         )?;
-        Ok(Self::Store { store, loc })
+        let prefix = (!loc.prefix.as_ref().is_empty()).then_some(&loc.prefix);
+        let existing = store
+            .list(prefix)
+            .map_ok(|m| (m.location.to_string(), m.size))
+            .try_collect::<HashMap<_, _>>()
+            .await
+            .map_err(|e| Error::Storage {
+                url: loc.source.clone(),
+                source: Arc::new(e),
+            })?;
+        Ok(Self::Store {
+            store,
+            loc,
+            existing,
+        })
     }
 
     /// Whether `dest` already holds `file` (see the module header).
@@ -437,16 +455,9 @@ impl Output {
                     Err(e) => Err(Error::io(path.display(), e)),
                 }
             }
-            Self::Store { store, loc } => {
+            Self::Store { loc, existing, .. } => {
                 let key = loc.child(dest)?;
-                match store.head(&key).await {
-                    Ok(m) => Ok(file.size_known() && m.size == file.size),
-                    Err(datafusion::object_store::Error::NotFound { .. }) => Ok(false),
-                    Err(e) => Err(Error::Storage {
-                        url: format!("{}{}", loc.store_url, key),
-                        source: Arc::new(e),
-                    }),
-                }
+                Ok(file.size_known() && existing.get(key.as_ref()) == Some(&file.size))
             }
         }
     }
@@ -483,7 +494,7 @@ impl Writer {
         };
         match &*self.out {
             Output::Local(dir) => self.write_local(&file, &dir.join(&dest)).await?,
-            Output::Store { store, loc } => {
+            Output::Store { store, loc, .. } => {
                 let key = loc.child(&dest)?;
                 write_store(&file, store, &key).await.map_err(|e| {
                     format!("writing {} to {}{key}: {e}", file.url(), loc.store_url)

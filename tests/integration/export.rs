@@ -240,6 +240,7 @@ async fn s3_to_local_and_local_to_s3_with_reruns_that_skip() {
         .map(|(k, v)| (k.rsplit('/').next().expect("name").to_string(), v.clone()))
         .collect();
     assert_eq!(tree(&s3.bucket_dir().join("exported")), by_name);
+    let requests = s3.requests();
     let again = local
         .to_storage(
             "s3://bucket/exported/",
@@ -250,6 +251,11 @@ async fn s3_to_local_and_local_to_s3_with_reruns_that_skip() {
         .await
         .expect("again");
     assert_eq!((again.written, again.skipped), (0, 9));
+    assert_eq!(
+        s3.requests() - requests,
+        1,
+        "one LIST, no HEAD or PUT per file"
+    );
     // Read back through the store: what a reader of the bucket sees.
     let back = s
         .from_storage("s3://bucket/exported/")
