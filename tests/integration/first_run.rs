@@ -181,6 +181,7 @@ fn help_of_every_command_shows_examples() {
         &["datasets", "ls"],
         &["datasets", "info"],
         &["datasets", "rm"],
+        &["export"],
         &["cache"],
         &["cache", "du"],
         &["cache", "prune"],
