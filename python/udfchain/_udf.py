@@ -107,12 +107,14 @@ class _Encoder:
 
     def __call__(self, values: list) -> bytes:
         if self.t is None:
+            # Calls run on several threads at once (concurrency > 1): `t` is
+            # set last, so a call that sees it also sees `schema` and `head`.
             t = self._t
             if isinstance(t, bytes):
                 t = pa.ipc.read_schema(pa.py_buffer(t)).field(0).type
-            self.t = t
             self.schema = pa.schema([pa.field("value", t)])
             self.head = self.schema.serialize().to_pybytes()
+            self.t = t
         array = to_array(values, self.t)
         batch = pa.RecordBatch.from_arrays([array], schema=self.schema)
         return b"".join((self.head, batch.serialize().to_pybytes(), self._EOS))
