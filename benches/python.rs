@@ -249,6 +249,14 @@ fn m_ratios(records: &[Value]) -> serde_json::Map<String, Value> {
                 )),
             );
         }
+        // The target: udfchain at its defaults against the peer at its best.
+        out.insert(
+            format!("M_udfchain_py_defaults_over_{other}_best"),
+            json!(div(
+                rate(records, "udfchain-py", "defaults", "M"),
+                rate(records, other, "best", "M")
+            )),
+        );
     }
     out
 }

@@ -155,3 +155,41 @@ def test_an_image_column_reaches_a_udf_as_a_numpy_array_and_files_read_as_pillow
     assert sorted(means) == sorted(
         [float(np.asarray(Image.open(d / n)).mean()) for n in ("a.png", "b.png")]
     )
+
+
+def test_a_batch_of_same_size_images_is_one_array_without_a_copy(tmp_path):
+    d = tmp_path / "imgs"
+    d.mkdir()
+    for i in range(7):
+        Image.fromarray(picture(40 + 8 * i, 30 + 4 * i, seed=i)).save(d / f"{i}.png")
+    c = uc.query(
+        f"SELECT file.path AS path, image_resize(image_convert(image_decode(file), 'RGB'), 32, 24) AS img "
+        f"FROM read_storage('{d}') ORDER BY path"
+    )
+    seen = []
+
+    def batch(imgs) -> list[float]:
+        array = np.asarray(imgs)
+        # One view of the Arrow buffer: the first image's pixels are its first rows.
+        seen.append((array.shape, np.shares_memory(array, imgs[0]), array.flags.writeable))
+        assert all((array[i] == imgs[i]).all() for i in range(len(imgs)))
+        return [float(m) for m in array.reshape(len(imgs), -1).mean(axis=1)]
+
+    means = c.settings(batch_size=4).batch_map(m=batch, params="img").collect("m")
+    whole = c.to_pyarrow().column("img").to_pylist()
+    assert means == pytest.approx([float(pixels(v).mean()) for v in whole])
+    assert sorted(s for s, _, _ in seen) == [(3, 24, 32, 3), (4, 24, 32, 3)]
+    assert all(shared for _, shared, _ in seen), seen
+
+    refused = []
+
+    def unequal(imgs) -> list[int]:
+        if len({a.shape for a in imgs}) > 1:
+            with pytest.raises(ValueError, match="different shapes"):
+                np.asarray(imgs)
+            refused.append(len(imgs))
+        return [len(imgs)] * len(imgs)
+
+    raw = uc.query(f"SELECT image_decode(file) AS img FROM read_storage('{d}')")
+    raw.settings(batch_size=7).batch_map(n=unequal, params="img").collect("n")
+    assert refused, "a batch of images of several shapes was refused"

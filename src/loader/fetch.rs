@@ -34,6 +34,8 @@ use datafusion::execution::memory_pool::MemoryConsumer;
 use datafusion::logical_expr::LogicalPlanBuilder;
 use udfchain_udfs::{CallError, File, Mapper, Signature, decode_rows};
 
+use crate::Udf;
+
 use super::plan::{partitions, permutation, seed_of, share};
 use super::source::Resolved;
 use super::{EpochPlan, PartitionData};
@@ -175,7 +177,7 @@ async fn with_bytes(
     });
     let batches = Chain::from_plan(Arc::clone(session), plan)
         .settings(Settings::new().ordered(true).on_error(OnError::Fail))
-        .map_udf(mapper)
+        .udf(Udf::Map(mapper))
         .collect()
         .await?;
     let Some(first) = batches.first() else {
