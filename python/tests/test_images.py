@@ -193,3 +193,31 @@ def test_a_batch_of_same_size_images_is_one_array_without_a_copy(tmp_path):
     raw = uc.query(f"SELECT image_decode(file) AS img FROM read_storage('{d}')")
     raw.settings(batch_size=7).batch_map(n=unequal, params="img").collect("n")
     assert refused, "a batch of images of several shapes was refused"
+
+
+def test_image_expressions_on_a_chain_equal_the_same_sql(tmp_path):
+    d = tmp_path / "imgs"
+    d.mkdir()
+    for i in range(5):
+        Image.fromarray(picture(60 + 4 * i, 40, seed=i)).save(d / f"{i}.png")
+    f = uc.func
+    chain = (
+        uc.read_storage(str(d))
+        .mutate(img=f.image_resize(f.image_convert(f.image_decode("file"), "RGB"), 16, 12, "bicubic"))
+        .mutate(thumb=f.image_thumbnail("file", 10), png=f.image_encode(f.image_center_crop("img", 8, 8), "png"))
+        .order_by("file.path")
+    )
+    got = chain.to_pyarrow()
+    want = uc.query(
+        f"SELECT image_resize(image_convert(image_decode(file), 'RGB'), 16, 12, 'bicubic') AS img, "
+        f"image_thumbnail(file, 10) AS thumb FROM read_storage('{d}') ORDER BY file.path"
+    ).to_pyarrow()
+    assert got.column("img").to_pylist() == want.column("img").to_pylist()
+    assert got.column("thumb").to_pylist() == want.column("thumb").to_pylist()
+    assert [(t["width"], t["height"]) for t in got.column("thumb").to_pylist()] == [(10, round(400 / (60 + 4 * i))) for i in range(5)]
+    import io
+
+    crops = [Image.open(io.BytesIO(b)) for b in got.column("png").to_pylist()]
+    assert all(c.size == (8, 8) for c in crops)
+    with pytest.raises(ValueError, match="no function image_blur"):
+        uc._internal.function("image_blur", [uc.C("file")])

@@ -149,12 +149,14 @@ class _Encoder:
 
     def __call__(self, values: list) -> bytes:
         if self.t is None:
+            # Calls run at once on several threads: `t` is set last, so a
+            # call that sees it also sees the schema and the head.
             t = self._t
             if isinstance(t, bytes):
                 t = pa.ipc.read_schema(pa.py_buffer(t)).field(0).type
-            self.t = t
             self.schema = pa.schema([pa.field("value", t)])
             self.head = self.schema.serialize().to_pybytes()
+            self.t = t
         array = to_array(values, self.t)
         batch = pa.RecordBatch.from_arrays([array], schema=self.schema)
         return b"".join((self.head, batch.serialize().to_pybytes(), self._EOS))
