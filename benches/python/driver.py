@@ -188,7 +188,8 @@ def run_udfchain_i(config: dict) -> list:
     data = t.column("img").combine_chunks().field("data")
     if not len(data):
         return []
-    flat = np.frombuffer(data.buffers()[2], np.uint8)[data.offsets[0].as_py():data.offsets[-1].as_py()]
+    offsets = np.frombuffer(data.buffers()[1], np.int32)[data.offset:data.offset + len(data) + 1]
+    flat = np.frombuffer(data.buffers()[2], np.uint8)[offsets[0]:offsets[-1]]
     return means(flat, len(data))
 
 

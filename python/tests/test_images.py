@@ -221,3 +221,21 @@ def test_image_expressions_on_a_chain_equal_the_same_sql(tmp_path):
     assert all(c.size == (8, 8) for c in crops)
     with pytest.raises(ValueError, match="no function image_blur"):
         uc._internal.function("image_blur", [uc.C("file")])
+
+
+def test_sixteen_bit_gray_converts_as_pillow_clips_it(tmp_path):
+    d = tmp_path / "g16"
+    d.mkdir()
+    g = (np.arange(48 * 32).reshape(32, 48) * 53 % 65536).astype(np.uint16)
+    g[0, :4] = [0, 1, 255, 256]
+    for name in ("g16.png", "g16.tiff"):
+        Image.fromarray(g).save(d / name)
+        assert Image.open(d / name).mode.startswith("I;16"), name
+    for mode in ("RGB", "L"):
+        got = decoded(d, f"image_convert(image_decode(file), '{mode}')")
+        for name in ("g16.png", "g16.tiff"):
+            want = np.asarray(Image.open(d / name).convert(mode))
+            px = pixels(got[name])
+            assert (px.reshape(want.shape) == want).all(), (name, mode)
+    natural = decoded(d, "image_decode(file)")
+    assert {v["mode"] for v in natural.values()} == {"L"}
