@@ -239,3 +239,28 @@ def test_sixteen_bit_gray_converts_as_pillow_clips_it(tmp_path):
             assert (px.reshape(want.shape) == want).all(), (name, mode)
     natural = decoded(d, "image_decode(file)")
     assert {v["mode"] for v in natural.values()} == {"L"}
+
+
+def test_image_to_tensor_is_an_arrow_fixed_shape_tensor_numpy_reads_whole(tmp_path):
+    import pyarrow as pa
+
+    d = tmp_path / "imgs"
+    d.mkdir()
+    for i in range(4):
+        Image.fromarray(picture(30 + 10 * i, 20, seed=i)).save(d / f"{i}.png")
+    t = uc.query(
+        f"SELECT file.path AS path, image_to_tensor(image_decode(file), 16, 8) AS x, "
+        f"image_to_tensor(image_decode(file), 4, 4, 'L') AS g FROM read_storage('{d}') ORDER BY path"
+    ).to_pyarrow()
+    x = t.column("x").combine_chunks()
+    assert isinstance(x.type, pa.FixedShapeTensorType) and x.type.shape == [8, 16, 3]
+    arr = x.to_numpy_ndarray()
+    assert arr.shape == (4, 8, 16, 3) and arr.dtype == np.uint8
+    for i, p in enumerate(t.column("path").to_pylist()):
+        want = np.asarray(Image.open(d / p).convert("RGB").resize((16, 8), Image.BILINEAR))
+        assert np.abs(arr[i].astype(int) - want).mean() < 1.0, p
+    assert t.column("g").combine_chunks().to_numpy_ndarray().shape == (4, 4, 4, 1)
+    expr = uc.read_storage(str(d)).select(x=uc.func.image_to_tensor(uc.func.image_decode("file"), 16, 8)).to_pyarrow()
+    assert expr.column("x").combine_chunks().to_numpy_ndarray().shape == (4, 8, 16, 3)
+    with pytest.raises(uc.UdfchainError, match="image_to_tensor"):
+        uc.query(f"SELECT image_to_tensor(image_decode(file), file.size, 8) FROM read_storage('{d}')").to_pyarrow()

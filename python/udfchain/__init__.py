@@ -126,6 +126,12 @@ class func:
         return _call("image_convert", img, mode)
 
     @staticmethod
+    def image_to_tensor(img, width, height, mode="RGB"):
+        """An Arrow fixed-shape tensor (height, width, channels) of uint8:
+        converted to `mode` and resized when the image is another size."""
+        return _call("image_to_tensor", img, width, height, mode)
+
+    @staticmethod
     def image_encode(img, format, quality=None):
         """Encoded as "jpeg", "png" or "webp" (binary); quality for JPEG."""
         return _call("image_encode", img, format, *_given(quality))

@@ -147,10 +147,8 @@ fn to_eight_bits(img: DynamicImage) -> DynamicImage {
     match img {
         DynamicImage::ImageLuma16(b) => {
             let data = b.into_raw().iter().map(|&v| v.min(255) as u8).collect();
-            ImageBuffer::<Luma<u8>, Vec<u8>>::from_raw(w, h, data).map_or_else(
-                || DynamicImage::new_luma8(w, h),
-                DynamicImage::ImageLuma8,
-            )
+            ImageBuffer::<Luma<u8>, Vec<u8>>::from_raw(w, h, data)
+                .map_or_else(|| DynamicImage::new_luma8(w, h), DynamicImage::ImageLuma8)
         }
         DynamicImage::ImageLumaA16(b) => {
             let data = b.into_raw().iter().map(high).collect();

@@ -71,7 +71,7 @@ struct ImageFunction {
     signature: Signature,
 }
 
-/// Every image function, to register in a session.
+/// Every image function (with `image_to_tensor`), to register in a session.
 pub fn functions() -> Vec<ScalarUDF> {
     [
         Op::Resize,
@@ -88,6 +88,7 @@ pub fn functions() -> Vec<ScalarUDF> {
             signature: Signature::variadic_any(Volatility::Immutable),
         })
     })
+    .chain([super::to_tensor_function()])
     .collect()
 }
 

@@ -24,7 +24,7 @@ pub use ops::{
     Filter, Format, MAX_SIDE, center_crop, convert, crop, encode, fit_size, resize, resize_to_fit,
 };
 pub use size::{ImageSize, MAX_HEADER_BYTES, MAX_READS, image_size};
-pub use tensor::{TensorShape, decode_to_tensor};
+pub use tensor::{TensorShape, decode_to_tensor, images_to_tensor, to_tensor_function};
 pub use value::{Image, ImageView, Mode};
 
 use crate::error::UdfError;

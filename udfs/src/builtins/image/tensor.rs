@@ -1,4 +1,5 @@
-//! Images as a fixed-shape tensor column: many encoded images decoded,
+//! Images as a fixed-shape tensor column (the loader's `with_images`, SQL's
+//! `image_to_tensor(img, width, height [, mode])`): many images decoded,
 //! converted and resized to one `height x width x channels` uint8 block per
 //! row, data-parallel on rayon's pool, into one Arrow
 //! `FixedSizeList<UInt8>[H*W*C]` that carries Arrow's canonical
@@ -16,12 +17,18 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, FixedSizeListArray, UInt8Array};
+use datafusion::arrow::array::{Array, ArrayRef, FixedSizeListArray, UInt8Array};
 use datafusion::arrow::buffer::NullBuffer;
-use datafusion::arrow::datatypes::{DataType, Field};
+use datafusion::arrow::datatypes::{DataType, Field, FieldRef};
+use datafusion::common::ScalarValue;
+use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::logical_expr::{
+    ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
+    Volatility,
+};
 use rayon::prelude::*;
 
-use super::{DecodeOptions, Filter, Mode, blocking, decode, resize};
+use super::{DecodeOptions, Filter, Image, ImageView, Mode, blocking, convert, decode, resize};
 use crate::error::UdfError;
 
 /// The shape every image of a tensor column is made to.
@@ -92,37 +99,82 @@ pub fn decode_to_tensor(
     shape: &TensorShape,
     max_pixels: u64,
 ) -> Result<ArrayRef, (usize, UdfError)> {
-    let row_len = shape.row_len();
-    let mut values = vec![0u8; encoded.len() * row_len];
     let options = DecodeOptions {
         mode: Some(shape.mode),
         max_side: Some(shape.width.max(shape.height)),
         max_pixels,
     };
-    let one = |bytes: &[u8], out: &mut [u8]| -> Result<(), UdfError> {
+    tensor_of(encoded.len(), shape, |row, out| {
+        let Some(bytes) = encoded[row] else {
+            return Ok(false);
+        };
         let img = decode(bytes, &options).map_err(|e| UdfError::Contract(e.to_string()))?;
-        let img = resize(img.view(), shape.width, shape.height, shape.filter)?;
-        out.copy_from_slice(&img.data);
-        Ok(())
+        fill(img.view(), shape, out)?;
+        Ok(true)
+    })
+}
+
+/// The tensor column of the image column `images`, each image converted to
+/// the shape's mode and resized to its size (when it is another).
+pub fn images_to_tensor(
+    images: &dyn Array,
+    shape: &TensorShape,
+) -> Result<ArrayRef, (usize, UdfError)> {
+    let views = Image::views(images).map_err(|e| (0, e))?;
+    tensor_of(views.len(), shape, |row, out| {
+        let Some(img) = views[row] else {
+            return Ok(false);
+        };
+        fill(img, shape, out)?;
+        Ok(true)
+    })
+}
+
+/// `img` in the shape's mode and size, written to `out`.
+fn fill(img: ImageView<'_>, shape: &TensorShape, out: &mut [u8]) -> Result<(), UdfError> {
+    let converted;
+    let img = if img.mode == shape.mode {
+        img
+    } else {
+        converted = convert(img, shape.mode)?;
+        converted.view()
     };
+    if (img.width, img.height) == (shape.width, shape.height) {
+        out.copy_from_slice(img.data);
+    } else {
+        out.copy_from_slice(&resize(img, shape.width, shape.height, shape.filter)?.data);
+    }
+    Ok(())
+}
+
+/// `n` rows of `shape`, row `i` written by `one(i, block)` on rayon's pool
+/// (`Ok(false)`: a null row); the first row that fails, and why.
+fn tensor_of(
+    n: usize,
+    shape: &TensorShape,
+    one: impl Fn(usize, &mut [u8]) -> Result<bool, UdfError> + Sync,
+) -> Result<ArrayRef, (usize, UdfError)> {
+    let row_len = shape.row_len();
+    let mut values = vec![0u8; n * row_len];
+    let mut valid = vec![true; n];
     let failed: Option<(usize, UdfError)> = blocking(|| {
         values
             .par_chunks_mut(row_len.max(1))
-            .zip(encoded.par_iter())
+            .zip(valid.par_iter_mut())
             .enumerate()
-            .filter_map(|(row, (out, bytes))| {
-                let bytes = (*bytes)?;
-                one(bytes, out).err().map(|e| (row, e))
+            .filter_map(|(row, (out, valid))| match one(row, out) {
+                Ok(v) => {
+                    *valid = v;
+                    None
+                }
+                Err(e) => Some((row, e)),
             })
             .min_by_key(|(row, _)| *row)
     });
     if let Some(failed) = failed {
         return Err(failed);
     }
-    let nulls = encoded
-        .iter()
-        .any(Option::is_none)
-        .then(|| NullBuffer::from_iter(encoded.iter().map(Option::is_some)));
+    let nulls = valid.iter().any(|v| !v).then(|| NullBuffer::from(valid));
     let item = Arc::new(Field::new("item", DataType::UInt8, false));
     let list = FixedSizeListArray::try_new(
         item,
@@ -137,6 +189,96 @@ pub fn decode_to_tensor(
         )
     })?;
     Ok(Arc::new(list))
+}
+
+/// `image_to_tensor(img, width, height [, mode])`: the image column as a
+/// tensor column of one shape (each image converted to `mode`, default
+/// `RGB`, and resized to `width x height` when it is another size); the
+/// size and mode are constants, so the column's type is known when the
+/// query is planned.
+pub fn to_tensor_function() -> ScalarUDF {
+    ScalarUDF::new_from_impl(ToTensor {
+        signature: Signature::variadic_any(Volatility::Immutable),
+    })
+}
+
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct ToTensor {
+    signature: Signature,
+}
+
+const TO_TENSOR: &str = "image_to_tensor";
+
+/// The shape a call's constant arguments give.
+fn shape_of(args: &[Option<&ScalarValue>], types: &[DataType]) -> DfResult<TensorShape> {
+    let usage = || {
+        DataFusionError::Plan(format!(
+            "{TO_TENSOR}(image, width, height [, mode]) takes an image, constant sizes \
+             and a constant mode ('RGB', 'L' or 'RGBA')"
+        ))
+    };
+    if !(3..=4).contains(&args.len()) || !types.first().is_some_and(Image::is_image_type) {
+        return Err(usage());
+    }
+    let side = |i: usize| -> DfResult<u32> {
+        match args[i].map(|v| v.cast_to(&DataType::Int64)) {
+            Some(Ok(ScalarValue::Int64(Some(v)))) => u32::try_from(v).map_err(|_| usage()),
+            _ => Err(usage()),
+        }
+    };
+    let mode = match args.get(3) {
+        None => Mode::Rgb,
+        Some(Some(ScalarValue::Utf8(Some(m)) | ScalarValue::Utf8View(Some(m)))) => {
+            Mode::parse(m).map_err(|e| DataFusionError::Plan(format!("{TO_TENSOR}: {e}")))?
+        }
+        Some(_) => return Err(usage()),
+    };
+    TensorShape::new(side(1)?, side(2)?, mode)
+        .map_err(|e| DataFusionError::Plan(format!("{TO_TENSOR}: {e}")))
+}
+
+impl ScalarUDFImpl for ToTensor {
+    fn name(&self) -> &str {
+        TO_TENSOR
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> DfResult<DataType> {
+        Err(DataFusionError::Internal(format!(
+            "{TO_TENSOR}: its type comes from its constant arguments"
+        )))
+    }
+
+    fn return_field_from_args(&self, args: ReturnFieldArgs) -> DfResult<FieldRef> {
+        let types: Vec<DataType> = args
+            .arg_fields
+            .iter()
+            .map(|f| f.data_type().clone())
+            .collect();
+        let shape = shape_of(args.scalar_arguments, &types)?;
+        Ok(Arc::new(shape.field(TO_TENSOR)))
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
+        let constants: Vec<Option<ScalarValue>> = args
+            .args
+            .iter()
+            .map(|a| match a {
+                ColumnarValue::Scalar(v) => Some(v.clone()),
+                ColumnarValue::Array(_) => None,
+            })
+            .collect();
+        let refs: Vec<Option<&ScalarValue>> = constants.iter().map(Option::as_ref).collect();
+        let types: Vec<DataType> = args.args.iter().map(|a| a.data_type()).collect();
+        let shape = shape_of(&refs, &types)?;
+        let images = args.args[0].to_array(args.number_rows)?;
+        images_to_tensor(images.as_ref(), &shape)
+            .map(ColumnarValue::Array)
+            .map_err(|(row, e)| DataFusionError::Execution(format!("{TO_TENSOR}: row {row}: {e}")))
+    }
 }
 
 #[cfg(test)]
