@@ -7,6 +7,7 @@
 //! cargo bench --bench python -- --quick      # A: 400, C: 40
 //! cargo bench --bench python -- --workloads M          # M: 2,000 JPEGs
 //! cargo bench --bench python -- --quick --workloads A,C,M   # M: 300
+//! cargo bench --bench python -- --workloads I          # I: M's 2,000 JPEGs
 //! UDFCHAIN_BENCH_PYTHON=~/venv/bin/python cargo bench --bench python
 //! ```
 //!
@@ -18,7 +19,13 @@
 //! ONNX CNN (`examples/python/tiny_cnn.py`), the model loaded once per worker
 //! (the driver writes the JPEGs into the server's directory, builds the
 //! model and measures the bound, cores / (decode + inference CPU per file),
-//! before the timed runs). This program starts the server, writes the A and
+//! before the timed runs); I decodes M's JPEGs, converts them to RGB and
+//! resizes them to 224x224, one number (the mean) per image: udfchain's
+//! native functions in SQL and as chain expressions, its Pillow UDF, Daft's
+//! native functions and DataChain's Pillow UDF, next to the native bound
+//! (cores / the native CPU per image, measured here on one thread after the
+//! runs) and the thumbnail path's speed-up on 4000x3000 JPEGs. This program
+//! starts the server, writes the A and
 //! C objects, runs the Rust API on A (defaults; prefetch 64),
 //! then `benches/python/driver.py` with the venv's interpreter
 //! (`$UDFCHAIN_BENCH_PYTHON`, else `~/.cache/udfchain-bench-venv/bin/python`)
@@ -47,7 +54,9 @@ use support::{ACCESS_KEY, BUCKET, Latency, S3Server, SECRET_KEY};
 const LATENCY: Duration = Duration::from_millis(20);
 const A_SIZE: usize = 64 * 1024;
 const C_SIZE: usize = 4 * 1024;
-const WORKLOADS: [&str; 3] = ["A", "C", "M"];
+const WORKLOADS: [&str; 4] = ["A", "C", "M", "I"];
+/// Workload I's target side, as the driver's `I_SIZE`.
+const I_SIZE: u32 = 224;
 
 fn object_bytes(i: usize, size: usize) -> Vec<u8> {
     (0..size).map(|j| ((i * 131 + j * 7) % 251) as u8).collect()
@@ -249,6 +258,14 @@ fn m_ratios(records: &[Value]) -> serde_json::Map<String, Value> {
                 )),
             );
         }
+        // The target: udfchain at its defaults against the peer at its best.
+        out.insert(
+            format!("M_udfchain_py_defaults_over_{other}_best"),
+            json!(div(
+                rate(records, "udfchain-py", "defaults", "M"),
+                rate(records, other, "best", "M")
+            )),
+        );
     }
     out
 }
@@ -287,13 +304,151 @@ fn ratios(records: &[Value]) -> Value {
     });
     if let Some(m) = all.as_object_mut() {
         m.extend(m_ratios(records));
+        m.extend(i_ratios(records));
     }
     all
 }
 
+/// Workload I's ratios: udfchain's native rows against its Pillow UDF,
+/// Daft's native functions and DataChain; against the native bound; the
+/// thumbnail path against a full decode.
+fn i_ratios(records: &[Value]) -> serde_json::Map<String, Value> {
+    let div = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| a / b);
+    let r = |peer: &str, config: &str| rate(records, peer, config, "I");
+    let bound = records
+        .iter()
+        .find(|r| r["workload"] == "I" && r["bound"] == true);
+    let mut out = serde_json::Map::new();
+    for native in ["native-sql", "native-expr"] {
+        let n = native.replace('-', "_");
+        for (other, peer, config) in [
+            ("pillow", "udfchain-py", "pillow"),
+            ("daft_native", "daft", "defaults"),
+            ("datachain_defaults", "datachain", "defaults"),
+            ("datachain_best", "datachain", "best"),
+        ] {
+            out.insert(
+                format!("I_udfchain_{n}_over_{other}"),
+                json!(div(r("udfchain-py", native), r(peer, config))),
+            );
+        }
+        out.insert(
+            format!("I_udfchain_{n}_over_bound"),
+            json!(div(
+                r("udfchain-py", native),
+                bound.and_then(|b| b["bound_files_per_s"].as_f64())
+            )),
+        );
+    }
+    out.insert(
+        "I_udfchain_pillow_over_datachain_best".into(),
+        json!(div(r("udfchain-py", "pillow"), r("datachain", "best"))),
+    );
+    out.insert(
+        "I_bound_files_per_s (cores / native decode + RGB + resize CPU)".into(),
+        json!(bound.and_then(|b| b["bound_files_per_s"].as_f64())),
+    );
+    out.insert(
+        "I_thumbnail_over_full_decode (224 px of 4000x3000 JPEGs, CPU)".into(),
+        json!(bound.and_then(|b| b["thumbnail_speedup"].as_f64())),
+    );
+    out
+}
+
+/// I's native bound and thumbnail ratio, measured here on one thread: CPU
+/// per image of decode + RGB + resize to 224x224 over the first `sample`
+/// JPEGs of `dir` (read before the clock, best of 3 passes); and a 224-pixel
+/// thumbnail of 4000x3000 JPEGs (decoded at reduced size in the DCT, then
+/// fitted) against a full decode + resize of the same files.
+fn i_bound(dir: &FsPath, sample: usize) -> Value {
+    use udfchain::udfs::builtins::image::{
+        DecodeOptions, Filter, Format, Image, Mode, decode, encode, resize, resize_to_fit,
+    };
+    let mut names: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    names.retain(|p| p.extension().is_some_and(|e| e == "jpg"));
+    names.sort();
+    names.truncate(sample);
+    let datas: Vec<Vec<u8>> = names.iter().filter_map(|p| std::fs::read(p).ok()).collect();
+    if datas.is_empty() {
+        return json!({"workload": "I", "bound": true, "error": format!("no JPEGs in {}", dir.display())});
+    }
+    let rgb = DecodeOptions {
+        mode: Some(Mode::Rgb),
+        ..DecodeOptions::default()
+    };
+    let best = |f: &dyn Fn(&[u8])| {
+        (0..3)
+            .map(|_| {
+                let t0 = Instant::now();
+                for d in &datas {
+                    f(d);
+                }
+                t0.elapsed().as_secs_f64() / datas.len() as f64
+            })
+            .fold(f64::INFINITY, f64::min)
+    };
+    let per_image = best(&|d| {
+        let img = decode(d, &rgb).expect("decode");
+        std::hint::black_box(resize(img.view(), I_SIZE, I_SIZE, Filter::Bilinear).expect("resize"));
+    });
+    // 4000x3000 photo-like JPEGs: gradients and a texture.
+    let big: Vec<Vec<u8>> = (0..3u32)
+        .map(|k| {
+            let (w, h) = (4000u32, 3000u32);
+            let mut data = Vec::with_capacity((w * h * 3) as usize);
+            for y in 0..h {
+                for x in 0..w {
+                    let t = ((x / 3 + y / 5 + k * 17) % 32) as u8;
+                    data.extend_from_slice(&[
+                        (x * 255 / w) as u8 ^ t,
+                        (y * 255 / h) as u8,
+                        ((x + y) % 256) as u8 / 2 + t,
+                    ]);
+                }
+            }
+            let img = Image::new(w, h, Mode::Rgb, data).expect("image");
+            encode(img.view(), Format::Jpeg, Some(85)).expect("jpeg")
+        })
+        .collect();
+    let time = |f: &dyn Fn(&[u8])| {
+        (0..2)
+            .map(|_| {
+                let t0 = Instant::now();
+                for d in &big {
+                    f(d);
+                }
+                t0.elapsed().as_secs_f64() / big.len() as f64
+            })
+            .fold(f64::INFINITY, f64::min)
+    };
+    let full = time(&|d| {
+        let img = decode(d, &rgb).expect("decode");
+        std::hint::black_box(resize_to_fit(img.view(), I_SIZE, Filter::Bicubic).expect("fit"));
+    });
+    let hinted = DecodeOptions {
+        mode: Some(Mode::Rgb),
+        max_side: Some(I_SIZE),
+        ..DecodeOptions::default()
+    };
+    let thumb = time(&|d| {
+        let img = decode(d, &hinted).expect("decode");
+        std::hint::black_box(resize_to_fit(img.view(), I_SIZE, Filter::Bicubic).expect("fit"));
+    });
+    let cores = udfchain::testing::cores() as f64;
+    json!({
+        "workload": "I", "bound": true, "sample_files": datas.len(),
+        "native_cpu_s_per_image": per_image, "cores": cores,
+        "bound_files_per_s": cores / per_image,
+        "thumbnail_source": "4000x3000 JPEG", "full_decode_s": full, "thumbnail_s": thumb,
+        "thumbnail_speedup": full / thumb,
+    })
+}
+
 fn table(records: &[Value]) -> String {
     let mut s = format!(
-        "{:<14} {:<9} {:<3} {:>6} {:>9} {:>9}  {}\n",
+        "{:<14} {:<11} {:<3} {:>6} {:>9} {:>9}  {}\n",
         "peer", "config", "wl", "files", "seconds", "files/s", "settings / error"
     );
     for r in records
@@ -323,7 +478,7 @@ fn table(records: &[Value]) -> String {
                 note
             });
         s += &format!(
-            "{:<14} {:<9} {:<3} {:>6} {:>9} {:>9}  {}\n",
+            "{:<14} {:<11} {:<3} {:>6} {:>9} {:>9}  {}\n",
             r["peer"].as_str().unwrap_or("?"),
             r["config"].as_str().unwrap_or("-"),
             r["workload"].as_str().unwrap_or("-"),
@@ -356,7 +511,7 @@ fn workloads(args: &[String]) -> Vec<String> {
         .filter(|w| !w.is_empty())
     {
         if !WORKLOADS.contains(&w.as_str()) {
-            eprintln!("python bench: unknown workload {w:?} (A, C or M)");
+            eprintln!("python bench: unknown workload {w:?} (A, C, M or I)");
             std::process::exit(2);
         }
         if !out.contains(&w) {
@@ -421,6 +576,11 @@ fn main() {
         m_files,
         scratch.path(),
     ));
+    if has("I") {
+        let bound = i_bound(&server.bucket_dir().join("m"), 64);
+        eprintln!("  {bound}");
+        records.push(bound);
+    }
     let ratios = ratios(&records);
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
@@ -456,6 +616,7 @@ fn main() {
                 Some("A_") => has("A"),
                 Some("C_") => has("C"),
                 Some("M_") => has("M"),
+                Some("I_") => has("I"),
                 _ => has("A") || has("C"),
             };
             if v.is_null() && !run {

@@ -57,7 +57,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let per_dir: Vec<PerDir> = session
         .from_storage(&uri)
         .glob("**/*.txt")
-        .generate("line", |f: File| {
+        .r#gen("line", |f: File| {
             stream::once(async move { f.read_text().await })
                 .map(|text| {
                     let lines: Vec<_> = match text {

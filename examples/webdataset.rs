@@ -44,7 +44,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let rows: Vec<Row> = session
         .from_storage(&dir.join("shards").display().to_string())
         .glob("*.tar")
-        .generate("sample", webdataset_samples)
+        .r#gen("sample", webdataset_samples)
         .map_on(&["sample"], "described", describe)
         .select([
             col("described.0").alias("label"),

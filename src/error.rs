@@ -225,6 +225,15 @@ impl Error {
     }
 }
 
+/// A UDF that cannot be built (`Udf::map`, `udfs::map_with`, ...: a type that
+/// does not trace, a wrong number of params) is a chain that cannot be
+/// planned, so `?` works where chains are built.
+impl From<udfchain_udfs::UdfError> for Error {
+    fn from(e: udfchain_udfs::UdfError) -> Self {
+        Self::Plan(e.to_string())
+    }
+}
+
 impl From<DataFusionError> for Error {
     fn from(e: DataFusionError) -> Self {
         if let Some(ours) = find_ours(&e) {

@@ -119,3 +119,11 @@ pub struct PipelinesDocDoctests;
 #[doc = include_str!("../docs/cluster.md")]
 #[cfg(doctest)]
 pub struct ClusterDocDoctests;
+/// The Rust examples of docs/models.md, compiled as doctests.
+#[doc = include_str!("../docs/models.md")]
+#[cfg(doctest)]
+pub struct ModelsDocDoctests;
+/// The Rust examples of docs/images.md, compiled as doctests.
+#[doc = include_str!("../docs/images.md")]
+#[cfg(doctest)]
+pub struct ImagesDocDoctests;

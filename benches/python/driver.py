@@ -57,14 +57,19 @@ CONFIGS = {
         "defaults": {"A": {}, "C": {}, "M": {}},
         "best": {"A": {"prefetch": 64, "parallel": 4 * CORES}, "C": {"prefetch": 16, "processes": CORES},
                  "M": {"prefetch": 64, "concurrency": CORES}},
+        # I, every row at udfchain's defaults: the native functions in SQL and
+        # as chain expressions, and the Pillow UDF.
+        "native-sql": {"I": {"path": "sql"}},
+        "native-expr": {"I": {"path": "expr"}},
+        "pillow": {"I": {"path": "pillow"}},
     },
     "datachain": {
-        "defaults": {"A": {}, "C": {}, "M": {}},
+        "defaults": {"A": {}, "C": {}, "M": {}, "I": {}},
         "best": {"A": {"prefetch": 32, "parallel": CORES}, "C": {"prefetch": 16, "parallel": CORES},
-                 "M": {"prefetch": 16, "parallel": CORES}},
+                 "M": {"prefetch": 16, "parallel": CORES}, "I": {"prefetch": 16, "parallel": CORES}},
     },
     "daft": {
-        "defaults": {"A": {}, "C": {}, "M": {}},
+        "defaults": {"A": {}, "C": {}, "M": {}, "I": {}},
         "best": {"A": {}, "C": {"use_process": True}, "M": {"use_process": False}},
     },
 }
@@ -81,6 +86,7 @@ def env(name: str) -> str:
 
 
 def uri(workload: str) -> str:
+    workload = "M" if workload == "I" else workload  # I reads M's JPEGs
     if workload == "M" and os.environ.get("UDFCHAIN_BENCH_M_SOURCE"):
         return os.environ["UDFCHAIN_BENCH_M_SOURCE"]  # local-m: a directory
     return f"s3://{env('UDFCHAIN_BENCH_BUCKET')}/{workload.lower()}/"
@@ -108,6 +114,8 @@ def run_udfchain(config: dict, workload: str) -> list:
 
     if workload == "M":
         return run_udfchain_m(config)
+    if workload == "I":
+        return run_udfchain_i(config)
     c = uc.read_storage(uri(workload)).settings(storage=udfchain_storage())
     fn = udfs.sha_file if workload == "A" else udfs.burn_file
     if config:
@@ -143,6 +151,48 @@ def run_udfchain_m(config: dict) -> list:
     return [(f.path, lab["cls"], lab["score"]) for f, lab in rows]
 
 
+I_SIZE = 224
+
+
+def means(flat: "np.ndarray", rows: int) -> list:
+    """One number per image: the mean of its pixels (rows of a flat buffer)."""
+    return [float(m) for m in flat.reshape(rows, -1).mean(axis=1)] if rows else []
+
+
+def run_udfchain_i(config: dict) -> list:
+    """I: decode, RGB, resize to 224x224, the mean per image; `path` says how:
+    the native functions in SQL or as expressions, or Pillow in a map UDF."""
+    import numpy as np
+    import udfchain as uc
+    import udfs
+
+    src, path = uri("I"), config["path"]
+    storage = udfchain_storage() if src.startswith("s3://") else None
+    if path == "pillow":
+        c = uc.read_storage(src)
+        if storage:
+            c = c.settings(storage=storage)
+        return c.map(m=udfs.pillow_mean_224).collect("m")
+    if path == "sql":
+        if storage:
+            uc.run("".join(f"SET storage.{k} = '{str(v).lower() if isinstance(v, bool) else v}';" for k, v in storage.items()))
+        t = uc.query(f"SELECT image_resize(image_convert(image_decode(file), 'RGB'), {I_SIZE}, {I_SIZE}) AS img "
+                     f"FROM read_storage('{src}')").to_pyarrow()
+    else:
+        f = uc.func
+        c = uc.read_storage(src)
+        if storage:
+            c = c.settings(storage=storage)
+        img = f.image_resize(f.image_convert(f.image_decode("file"), "RGB"), I_SIZE, I_SIZE)
+        t = c.select(img=img).to_pyarrow()
+    data = t.column("img").combine_chunks().field("data")
+    if not len(data):
+        return []
+    offsets = np.frombuffer(data.buffers()[1], np.int32)[data.offset:data.offset + len(data) + 1]
+    flat = np.frombuffer(data.buffers()[2], np.uint8)[offsets[0]:offsets[-1]]
+    return means(flat, len(data))
+
+
 def run_datachain(config: dict, workload: str) -> list:
     if uri(workload).startswith("s3://"):
         os.environ["AWS_ENDPOINT_URL"] = env("UDFCHAIN_BENCH_ENDPOINT")
@@ -158,6 +208,8 @@ def run_datachain(config: dict, workload: str) -> list:
     c = dc.read_storage(uri(workload), update=True)
     if config:
         c = c.settings(**config)
+    if workload == "I":
+        return c.map(m=udfs.pillow_mean_224).to_values("m")
     if workload == "M":
         # A Mapper with setup (one model per worker process), one image per call.
         import m_datachain
@@ -173,7 +225,7 @@ def run_daft(config: dict, workload: str) -> list:
     from daft.io import IOConfig, S3Config
     import udfs
 
-    if workload == "M" and not uri("M").startswith("s3://"):
+    if workload in ("M", "I") and not uri("M").startswith("s3://"):
         io = None
     else:
         io = IOConfig(
@@ -196,6 +248,18 @@ def run_daft(config: dict, workload: str) -> list:
         df = df.with_column("label", model.classify(df["bytes"]))
         out = df.select("path", "label").to_pydict()
         return [(p, lab["cls"], lab["score"]) for p, lab in zip(out["path"], out["label"])]
+    if workload == "I":
+        # Daft's native decode and resize, then the mean per image over the
+        # fixed-shape result (one numpy pass, as udfchain's native rows).
+        import numpy as np
+
+        df = daft.from_glob_path(f"{uri('I').rstrip('/')}/**", io_config=io)
+        b = daft.functions.download(df["path"], io_config=io)
+        df = df.with_column("img", b.decode_image(mode="RGB").resize(I_SIZE, I_SIZE) if hasattr(b, "decode_image")
+                            else b.image.decode(mode="RGB").image.resize(I_SIZE, I_SIZE))
+        col = df.select("img").to_arrow().column("img").combine_chunks()
+        storage = col.storage if hasattr(col, "storage") else col
+        return means(np.asarray(storage.flatten().to_numpy(zero_copy_only=False), np.uint8), len(storage))
     body = udfs.sha_bytes if workload == "A" else udfs.burn_bytes
     out = str if workload == "A" else int
     fn = daft.func(body, return_dtype=out, **config)
@@ -256,6 +320,9 @@ def one(peer: str, config: str, workload: str) -> dict:
     rec["seconds"] = time.perf_counter() - t0
     rec["files"] = len(values)
     rec["files_per_s"] = len(values) / rec["seconds"]
+    if workload == "I":
+        rec["distinct_values"] = len({round(v, 3) for v in values})
+        rec["invalid_values"] = sum(1 for v in values if not (0 <= v <= 255))
     if workload == "M":
         rec.update(check_m(values, reference))
         with open(loads) as f:
@@ -500,7 +567,7 @@ def main():
     # Daft's process workers import `udfs` by name from a fresh interpreter
     # that does not inherit sys.path (multiprocessing's spawn does).
     child_env["PYTHONPATH"] = os.pathsep.join(p for p in (HERE, os.environ.get("PYTHONPATH")) if p)
-    if "M" in workloads:
+    if "M" in workloads or "I" in workloads:
         model = os.path.abspath(os.environ.get("UDFCHAIN_BENCH_MODEL") or "tiny_cnn.onnx")
         child_env["UDFCHAIN_BENCH_MODEL"] = model
         print(json.dumps(prepare_m(env("UDFCHAIN_BENCH_M_DIR"), int(env("UDFCHAIN_BENCH_M_FILES")), model)),
@@ -519,11 +586,11 @@ def main():
     if "A" in workloads or "C" in workloads:
         print(json.dumps(trivial_map(50_000 if quick else 200_000)), flush=True)
     for workload in workloads:
-        if workload not in ("A", "C", "M"):
-            print(json.dumps({"workload": workload, "error": "unknown workload (A, C or M)"}), flush=True)
+        if workload not in ("A", "C", "M", "I"):
+            print(json.dumps({"workload": workload, "error": "unknown workload (A, C, M or I)"}), flush=True)
             continue
         for peer in peers:
-            for config in ("defaults", "best"):
+            for config in [c for c, w in CONFIGS.get(peer, {}).items() if workload in w]:
                 cmd = [sys.executable, os.path.abspath(__file__), "one", peer, config, workload]
                 try:
                     p = subprocess.run(cmd, capture_output=True, text=True, env=child_env, timeout=TIMEOUT)

@@ -74,3 +74,15 @@ def classify_bytes(session, datas: list) -> list:
         return []
     cls, score = tiny_cnn.top1(session, np.stack([tiny_cnn.decode(d) for d in datas]))
     return [(int(c), float(s)) for c, s in zip(cls, score)]
+
+
+def pillow_mean_224(file) -> float:
+    """Workload I with Pillow: decode, RGB, resize to 224x224 (bilinear), the
+    mean of the pixels."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    with Image.open(io.BytesIO(file.read())) as im:
+        return float(np.asarray(im.convert("RGB").resize((224, 224), Image.BILINEAR)).mean())

@@ -16,7 +16,7 @@ use datafusion::logical_expr::LogicalPlanBuilder;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use udfchain::{Chain, Diff, Session, Settings};
+use udfchain::{Chain, Diff, Session, Settings, Udf};
 
 use crate::arrow::{from_ipc, to_ipc};
 use crate::error::to_py;
@@ -339,13 +339,10 @@ impl PyChain {
         ));
         let c = self.chain.clone();
         Ok(of(match kind {
-            "map" => c.map_udf(udf),
-            "gen" => c.gen_udf(udf),
-            "batch_map" => c.batch_map_udf(udf),
-            "agg" => {
-                let keys: Vec<&str> = partition_by.iter().map(String::as_str).collect();
-                c.agg_udf(&keys, udf)
-            }
+            "map" => c.udf(Udf::Map(udf)),
+            "gen" => c.udf(Udf::Gen(udf)),
+            "batch_map" => c.udf(Udf::BatchMap(udf)),
+            "agg" => c.udf(Udf::Agg { udf, partition_by }),
             _ => return Err(PyValueError::new_err(format!("unknown UDF kind {kind:?}"))),
         }))
     }

@@ -24,7 +24,7 @@ pub struct PyExpr {
 }
 
 impl PyExpr {
-    fn of(expr: Expr) -> Self {
+    pub fn of(expr: Expr) -> Self {
         Self {
             expr,
             ascending: true,

@@ -43,6 +43,7 @@ fn _internal(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(sql::query, m)?)?;
     m.add_function(wrap_pyfunction!(sql::run, m)?)?;
     m.add_function(wrap_pyfunction!(sql::register, m)?)?;
+    m.add_function(wrap_pyfunction!(sql::function, m)?)?;
     m.add_function(wrap_pyfunction!(calls::shutdown, m)?)?;
     Ok(())
 }

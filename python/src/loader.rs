@@ -32,8 +32,8 @@ impl PyLoader {
     #[new]
     #[pyo3(signature = (chain=None, dataset=None, version=None, partition_rows=1000,
         prefetch_partitions=1, parallel_requests=1, batch_size=64, drop_last=false,
-        columns=None, with_bytes=None, shuffle=None, rank=0, world_size=1, worker=0,
-        num_workers=0))]
+        columns=None, with_bytes=None, with_images=None, shuffle=None, rank=0, world_size=1,
+        worker=0, num_workers=0))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         chain: Option<&PyChain>,
@@ -46,6 +46,7 @@ impl PyLoader {
         drop_last: bool,
         columns: Option<Vec<String>>,
         with_bytes: Option<(String, String)>,
+        with_images: Option<(String, String, (u32, u32), String)>,
         shuffle: Option<u64>,
         rank: usize,
         world_size: usize,
@@ -76,6 +77,11 @@ impl PyLoader {
         }
         if let Some((file_col, out_col)) = with_bytes {
             l = l.with_bytes(&file_col, &out_col);
+        }
+        if let Some((file_col, out_col, size, mode)) = with_images {
+            let mode = udfchain::udfs::builtins::image::Mode::parse(&mode)
+                .map_err(|e| PyValueError::new_err(format!("with_images mode: {e}")))?;
+            l = l.with_images(&file_col, &out_col, size, mode);
         }
         if let Some(seed) = shuffle {
             l = l.shuffle(seed);

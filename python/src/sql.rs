@@ -10,6 +10,10 @@
 use std::sync::{Arc, OnceLock};
 
 use datafusion::arrow::datatypes::Field;
+use datafusion::execution::FunctionRegistry;
+use datafusion::logical_expr::Expr;
+use datafusion::logical_expr::expr::ScalarFunction;
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
 use udfchain::{Output, ScriptRunner, Session};
@@ -17,6 +21,7 @@ use udfchain::{Output, ScriptRunner, Session};
 use crate::arrow::to_ipc;
 use crate::chain::{PyChain, from_sql, output_field};
 use crate::error::to_py;
+use crate::expr::{PyExpr, operand};
 use crate::runtime::{engine, wait};
 use crate::udf::{InvokerInfo, PyUdf};
 
@@ -76,4 +81,24 @@ pub fn register(py: Python<'_>, name: &str, output: &[u8], invoke: Py<PyAny>) ->
             )))
         })
         .map_err(to_py)
+}
+
+/// `name(*args)` as an expression: a function of the session (the image
+/// functions, the built-in UDFs such as `image_decode` and `sha256`, and
+/// those `register`ed). A built-in UDF in a chain's expression is planned as
+/// in a query, with prefetch in front, under the session's settings.
+#[pyfunction]
+pub fn function(name: &str, args: Vec<Bound<'_, PyAny>>) -> PyResult<PyExpr> {
+    engine()?;
+    runner();
+    let f = Session::global().context().udf(name).map_err(|_| {
+        PyValueError::new_err(format!(
+            "no function {name} in this session (the image functions, the built-in UDFs, \
+             and those given to udfchain.register)"
+        ))
+    })?;
+    let args = args.iter().map(operand).collect::<PyResult<Vec<_>>>()?;
+    Ok(PyExpr::of(Expr::ScalarFunction(ScalarFunction::new_udf(
+        f, args,
+    ))))
 }

@@ -155,3 +155,112 @@ def test_an_image_column_reaches_a_udf_as_a_numpy_array_and_files_read_as_pillow
     assert sorted(means) == sorted(
         [float(np.asarray(Image.open(d / n)).mean()) for n in ("a.png", "b.png")]
     )
+
+
+def test_a_batch_of_same_size_images_is_one_array_without_a_copy(tmp_path):
+    d = tmp_path / "imgs"
+    d.mkdir()
+    for i in range(7):
+        Image.fromarray(picture(40 + 8 * i, 30 + 4 * i, seed=i)).save(d / f"{i}.png")
+    c = uc.query(
+        f"SELECT file.path AS path, image_resize(image_convert(image_decode(file), 'RGB'), 32, 24) AS img "
+        f"FROM read_storage('{d}') ORDER BY path"
+    )
+    seen = []
+
+    def batch(imgs) -> list[float]:
+        array = np.asarray(imgs)
+        # One view of the Arrow buffer: the first image's pixels are its first rows.
+        seen.append((array.shape, np.shares_memory(array, imgs[0]), array.flags.writeable))
+        assert all((array[i] == imgs[i]).all() for i in range(len(imgs)))
+        return [float(m) for m in array.reshape(len(imgs), -1).mean(axis=1)]
+
+    means = c.settings(batch_size=4).batch_map(m=batch, params="img").collect("m")
+    whole = c.to_pyarrow().column("img").to_pylist()
+    assert means == pytest.approx([float(pixels(v).mean()) for v in whole])
+    assert sorted(s for s, _, _ in seen) == [(3, 24, 32, 3), (4, 24, 32, 3)]
+    assert all(shared for _, shared, _ in seen), seen
+
+    refused = []
+
+    def unequal(imgs) -> list[int]:
+        if len({a.shape for a in imgs}) > 1:
+            with pytest.raises(ValueError, match="different shapes"):
+                np.asarray(imgs)
+            refused.append(len(imgs))
+        return [len(imgs)] * len(imgs)
+
+    raw = uc.query(f"SELECT image_decode(file) AS img FROM read_storage('{d}')")
+    raw.settings(batch_size=7).batch_map(n=unequal, params="img").collect("n")
+    assert refused, "a batch of images of several shapes was refused"
+
+
+def test_image_expressions_on_a_chain_equal_the_same_sql(tmp_path):
+    d = tmp_path / "imgs"
+    d.mkdir()
+    for i in range(5):
+        Image.fromarray(picture(60 + 4 * i, 40, seed=i)).save(d / f"{i}.png")
+    f = uc.func
+    chain = (
+        uc.read_storage(str(d))
+        .mutate(img=f.image_resize(f.image_convert(f.image_decode("file"), "RGB"), 16, 12, "bicubic"))
+        .mutate(thumb=f.image_thumbnail("file", 10), png=f.image_encode(f.image_center_crop("img", 8, 8), "png"))
+        .order_by("file.path")
+    )
+    got = chain.to_pyarrow()
+    want = uc.query(
+        f"SELECT image_resize(image_convert(image_decode(file), 'RGB'), 16, 12, 'bicubic') AS img, "
+        f"image_thumbnail(file, 10) AS thumb FROM read_storage('{d}') ORDER BY file.path"
+    ).to_pyarrow()
+    assert got.column("img").to_pylist() == want.column("img").to_pylist()
+    assert got.column("thumb").to_pylist() == want.column("thumb").to_pylist()
+    assert [(t["width"], t["height"]) for t in got.column("thumb").to_pylist()] == [(10, round(400 / (60 + 4 * i))) for i in range(5)]
+    import io
+
+    crops = [Image.open(io.BytesIO(b)) for b in got.column("png").to_pylist()]
+    assert all(c.size == (8, 8) for c in crops)
+    with pytest.raises(ValueError, match="no function image_blur"):
+        uc._internal.function("image_blur", [uc.C("file")])
+
+
+def test_sixteen_bit_gray_converts_as_pillow_clips_it(tmp_path):
+    d = tmp_path / "g16"
+    d.mkdir()
+    g = (np.arange(48 * 32).reshape(32, 48) * 53 % 65536).astype(np.uint16)
+    g[0, :4] = [0, 1, 255, 256]
+    for name in ("g16.png", "g16.tiff"):
+        Image.fromarray(g).save(d / name)
+        assert Image.open(d / name).mode.startswith("I;16"), name
+    for mode in ("RGB", "L"):
+        got = decoded(d, f"image_convert(image_decode(file), '{mode}')")
+        for name in ("g16.png", "g16.tiff"):
+            want = np.asarray(Image.open(d / name).convert(mode))
+            px = pixels(got[name])
+            assert (px.reshape(want.shape) == want).all(), (name, mode)
+    natural = decoded(d, "image_decode(file)")
+    assert {v["mode"] for v in natural.values()} == {"L"}
+
+
+def test_image_to_tensor_is_an_arrow_fixed_shape_tensor_numpy_reads_whole(tmp_path):
+    import pyarrow as pa
+
+    d = tmp_path / "imgs"
+    d.mkdir()
+    for i in range(4):
+        Image.fromarray(picture(30 + 10 * i, 20, seed=i)).save(d / f"{i}.png")
+    t = uc.query(
+        f"SELECT file.path AS path, image_to_tensor(image_decode(file), 16, 8) AS x, "
+        f"image_to_tensor(image_decode(file), 4, 4, 'L') AS g FROM read_storage('{d}') ORDER BY path"
+    ).to_pyarrow()
+    x = t.column("x").combine_chunks()
+    assert isinstance(x.type, pa.FixedShapeTensorType) and x.type.shape == [8, 16, 3]
+    arr = x.to_numpy_ndarray()
+    assert arr.shape == (4, 8, 16, 3) and arr.dtype == np.uint8
+    for i, p in enumerate(t.column("path").to_pylist()):
+        want = np.asarray(Image.open(d / p).convert("RGB").resize((16, 8), Image.BILINEAR))
+        assert np.abs(arr[i].astype(int) - want).mean() < 1.0, p
+    assert t.column("g").combine_chunks().to_numpy_ndarray().shape == (4, 4, 4, 1)
+    expr = uc.read_storage(str(d)).select(x=uc.func.image_to_tensor(uc.func.image_decode("file"), 16, 8)).to_pyarrow()
+    assert expr.column("x").combine_chunks().to_numpy_ndarray().shape == (4, 8, 16, 3)
+    with pytest.raises(uc.UdfchainError, match="image_to_tensor"):
+        uc.query(f"SELECT image_to_tensor(image_decode(file), file.size, 8) FROM read_storage('{d}')").to_pyarrow()

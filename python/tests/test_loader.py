@@ -50,3 +50,36 @@ def test_loader_is_a_torch_iterable_dataset_in_a_dataloader():
         dl = torch.utils.data.DataLoader(loader, batch_size=None, num_workers=2, multiprocessing_context="spawn")
         seen = [int(i) for b in dl for i in b["id"]]
         assert sorted(seen) == list(range(50))  # every row once across the two workers
+
+
+def test_with_images_gives_each_batch_as_one_uint8_array_equal_to_pillow(tmp_path):
+    np = pytest.importorskip("numpy")
+    Image = pytest.importorskip("PIL.Image")
+    d = tmp_path / "imgs"
+    d.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(11):
+        # Smooth images (a gradient plus a little noise), lossless: the
+        # loader's pixels are compared with Pillow's bilinear resize.
+        y, x = np.mgrid[0:40 + i, 0:50 + 2 * i]
+        rgb = np.stack([x * 3 % 256, y * 5 % 256, (x + y) % 256], -1) + rng.integers(0, 3, (40 + i, 50 + 2 * i, 3))
+        Image.fromarray(rgb.clip(0, 255).astype(np.uint8)).save(d / f"{i:02}.png")
+    chain = uc.read_storage(str(d))
+    loader = chain.to_pytorch(batch_size=4, columns=["file"]).with_images("file", size=(24, 16), mode="RGB")
+    seen = 0
+    for batch in loader:
+        arr = batch["image"]
+        assert isinstance(arr, np.ndarray) and arr.dtype == np.uint8
+        assert arr.shape == (len(batch["file"]), 16, 24, 3)
+        for f, got in zip(batch["file"], arr):
+            want = np.asarray(Image.open(d / f.path.rsplit("/", 1)[-1]).convert("RGB").resize((24, 16), Image.BILINEAR))
+            assert np.abs(got.astype(int) - want.astype(int)).mean() < 1.0, f.path
+            seen += 1
+    assert seen == 11
+    gray = uc.Loader(chain, batch_size=11, with_images={"size": (8, 8), "mode": "L", "out": "px"})
+    (only,) = list(gray)
+    assert only["px"].shape == (11, 8, 8, 1)
+    with pytest.raises(TypeError, match="unknown arguments"):
+        uc.Loader(chain, with_images={"sise": (8, 8)})
+    with pytest.raises(uc.UdfchainError, match="with_images size"):
+        list(uc.Loader(chain, with_images={"size": (0, 8)}))

@@ -86,6 +86,67 @@ class func:
     def max(col):
         return _internal.aggregate("max", expr(col))
 
+    # Images (docs/images.md): `img` and `file` are a column name or an
+    # expression; the other arguments are constants or expressions.
+    @staticmethod
+    def image_decode(file="file"):
+        """The image in a File column (an Image struct: width, height, mode, data)."""
+        return _call("image_decode", file)
+
+    @staticmethod
+    def image_thumbnail(file="file", max_side=256):
+        """RGB, its longer side at most `max_side`; a JPEG is decoded at reduced size in the DCT."""
+        return _call("image_thumbnail", file, max_side)
+
+    @staticmethod
+    def image_size(file="file"):
+        """Width and height read from the header alone."""
+        return _call("image_size", file)
+
+    @staticmethod
+    def image_resize(img, width, height, filter=None):
+        """Resized to width x height: filter "nearest", "bilinear", "bicubic" or "lanczos3"."""
+        return _call("image_resize", img, width, height, *_given(filter))
+
+    @staticmethod
+    def image_resize_to_fit(img, max_side, filter=None):
+        """Scaled so its longer side is at most `max_side`, keeping the aspect ratio."""
+        return _call("image_resize_to_fit", img, max_side, *_given(filter))
+
+    @staticmethod
+    def image_crop(img, x, y, width, height):
+        return _call("image_crop", img, x, y, width, height)
+
+    @staticmethod
+    def image_center_crop(img, width, height):
+        return _call("image_center_crop", img, width, height)
+
+    @staticmethod
+    def image_convert(img, mode):
+        """To "RGB", "L" or "RGBA", as Pillow's convert does."""
+        return _call("image_convert", img, mode)
+
+    @staticmethod
+    def image_to_tensor(img, width, height, mode="RGB"):
+        """An Arrow fixed-shape tensor (height, width, channels) of uint8:
+        converted to `mode` and resized when the image is another size."""
+        return _call("image_to_tensor", img, width, height, mode)
+
+    @staticmethod
+    def image_encode(img, format, quality=None):
+        """Encoded as "jpeg", "png" or "webp" (binary); quality for JPEG."""
+        return _call("image_encode", img, format, *_given(quality))
+
+
+def _given(*optional) -> list:
+    return [o for o in optional if o is not None]
+
+
+def _call(name: str, first, *args):
+    """`name(first, *args)`: `first` a column name or an expression, `args`
+    constants (a str is a constant here: a mode, a filter) or expressions."""
+    return _internal.function(name, [expr(first), *args])
+
 
 def _with(chain, settings) -> Chain:
     c = Chain(chain)

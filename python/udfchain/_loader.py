@@ -6,7 +6,8 @@ the trainer works. Rank and world size come from `torch.distributed` when it
 is initialized, worker id and count from `torch.utils.data.get_worker_info()`
 inside a DataLoader worker, unless given. Batches are dicts: numeric columns
 as numpy arrays (when numpy imports), others as lists (File columns as
-`udfchain.File`, the `with_bytes` column as bytes); `transform` maps each
+`udfchain.File`, the `with_bytes` column as bytes), the `with_images` column
+as one uint8 array (N, H, W, C); `transform` maps each
 batch. `Loader` is a torch `IterableDataset` when torch imports (iterate it,
 or hand it to a DataLoader with `batch_size=None`), a plain iterable
 otherwise. The engine starts in the process that iterates: DataLoader
@@ -36,6 +37,9 @@ def _batch(ipc: bytes) -> dict:
         t = col.type
         if is_file_type(t):
             out[name] = files_of(col, None)
+        elif isinstance(t, pa.FixedShapeTensorType) and col.null_count == 0:
+            # with_images: one (N, H, W, C) uint8 array viewing the batch, no copy.
+            out[name] = col.to_numpy_ndarray()
         elif (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)) and col.null_count == 0:
             try:
                 out[name] = col.to_numpy(zero_copy_only=False)
@@ -44,6 +48,23 @@ def _batch(ipc: bytes) -> dict:
         else:
             out[name] = col.to_pylist()
     return out
+
+
+def _images(spec):
+    """`with_images=`: True (the `file` column at 224x224 RGB into `image`),
+    a column name, or a dict of `with_images`'s arguments."""
+    if spec is None or spec is False:
+        return None
+    if spec is True:
+        spec = {}
+    elif isinstance(spec, str):
+        spec = {"file": spec}
+    spec = dict(spec)
+    unknown = set(spec) - {"file", "size", "mode", "out"}
+    if unknown:
+        raise TypeError(f"with_images: unknown arguments {sorted(unknown)} (file, size, mode, out)")
+    width, height = spec.get("size", (224, 224))
+    return (spec.get("file", "file"), spec.get("out", "image"), (int(width), int(height)), spec.get("mode", "RGB"))
 
 
 def _split():
@@ -75,6 +96,7 @@ class Loader(_Base):
         drop_last: bool = False,
         columns=None,
         with_bytes=None,
+        with_images=None,
         transform=None,
         rank: int | None = None,
         world_size: int | None = None,
@@ -91,11 +113,21 @@ class Loader(_Base):
             drop_last=drop_last,
             columns=None if columns is None else list(columns),
             with_bytes=("file", "bytes") if with_bytes is True else (tuple(with_bytes) if with_bytes else None),
+            with_images=_images(with_images),
             shuffle=shuffle,
         )
         self._split = (rank, world_size, worker, num_workers)
         self.transform = transform
         self.epoch = 0
+
+    def with_images(self, file: str = "file", size=(224, 224), mode: str = "RGB", out: str = "image") -> "Loader":
+        """Delivers column `file` also as decoded images in column `out`: each
+        file decoded, converted to `mode` ("RGB", "L", "RGBA") and resized to
+        `size = (width, height)` on the engine's threads while partitions are
+        fetched ahead, so a batch's `out` is one uint8 numpy array
+        (N, height, width, channels), no decode in DataLoader workers."""
+        self._kw["with_images"] = _images({"file": file, "size": size, "mode": mode, "out": out})
+        return self
 
     def set_epoch(self, epoch: int) -> None:
         """The epoch the next iteration reads (its shuffle and order)."""

@@ -71,17 +71,18 @@ def is_image_type(t) -> bool:
     return pa.types.is_struct(t) and tuple(t.field(i).name for i in range(t.num_fields)) == _IMAGE_FIELDS
 
 
-def images_of(col) -> list:
+def images_of(col) -> "Images":
     """An image column as numpy arrays (height, width, channels) of uint8,
     each a view of the Arrow buffer (no copy); None for a null row."""
     import numpy as np
 
-    out = []
+    out = Images()
     for chunk in col.chunks:
         width, height, mode, data = chunk.flatten()
         offsets = np.frombuffer(data.buffers()[1], dtype=np.int32)[data.offset : data.offset + len(data) + 1]
         values = data.buffers()[2]
         modes = mode.to_pylist()
+        first = len(out)
         for i in range(len(chunk)):
             if not chunk[i].is_valid:
                 out.append(None)
@@ -90,7 +91,48 @@ def images_of(col) -> list:
             start = int(offsets[i])
             pixels = np.frombuffer(values, dtype=np.uint8, count=h * w * c, offset=start) if h * w * c else np.empty(0, np.uint8)
             out.append(pixels.reshape(h, w, c))
+        out._runs.append((first, len(out), values, int(offsets[0]) if len(chunk) else 0))
     return out
+
+
+class Images(list):
+    """The images of a batch (a list of (H, W, C) uint8 arrays, None for a
+    null row) that numpy sees as one (N, H, W, C) array: `np.asarray(images)`
+    is a view of the Arrow buffer, no copy, when every image has one shape
+    and they lie back to back (as a column of one `image_resize` does);
+    otherwise it is stacked (a copy). A null row cannot be stacked."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self._runs = []  # (first row, end row, buffer, byte offset of the first row)
+
+    def __array__(self, dtype=None, copy=None):
+        import numpy as np
+
+        if any(a is None for a in self):
+            raise ValueError("a batch with a null image (a row that did not decode) cannot be one array")
+        shapes = {a.shape for a in self}
+        if len(shapes) > 1:
+            raise ValueError(f"images of different shapes cannot be one array: {sorted(shapes)[:3]}; resize them first")
+        whole = self._view(shapes.pop()) if len(self._runs) == 1 and copy is not True else None
+        array = whole if whole is not None else (np.stack(self) if self else np.empty((0, 0, 0, 0), np.uint8))
+        return array if dtype is None else array.astype(dtype, copy=False)
+
+    def _view(self, shape):
+        import numpy as np
+
+        first, end, buffer, offset = self._runs[0]
+        if first != 0 or end != len(self):
+            return None
+        size = int(np.prod(shape))
+        view = np.frombuffer(buffer, dtype=np.uint8, count=size * len(self), offset=offset) if size else None
+        start = view.__array_interface__["data"][0] if view is not None else 0
+        # Back to back: each image starts where the previous ended.
+        if view is None or any(
+            a.__array_interface__["data"][0] != start + i * size for i, a in enumerate(self)
+        ):
+            return None
+        return view.reshape((len(self), *shape))
 
 
 class _Encoder:
@@ -107,8 +149,8 @@ class _Encoder:
 
     def __call__(self, values: list) -> bytes:
         if self.t is None:
-            # Calls run on several threads at once (concurrency > 1): `t` is
-            # set last, so a call that sees it also sees `schema` and `head`.
+            # Calls run at once on several threads: `t` is set last, so a
+            # call that sees it also sees the schema and the head.
             t = self._t
             if isinstance(t, bytes):
                 t = pa.ipc.read_schema(pa.py_buffer(t)).field(0).type

@@ -49,7 +49,7 @@ use datafusion::datasource::MemTable;
 use datafusion::logical_expr::{Expr, LogicalPlan, SortExpr};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use udfchain_udfs::{Aggregator, BatchMapper, BoxError, Generator, Mapper, UdfError};
+use udfchain_udfs::{BoxError, UdfError};
 
 use crate::error::{Error, Result};
 use crate::plan::Udf;
@@ -377,26 +377,9 @@ impl Chain {
         self.add_udf(Udf::map(params, output, f))
     }
 
-    /// Adds a map UDF given as a [`Mapper`] (e.g. one of [`udfs::builtins`](crate::udfs::builtins)).
-    pub fn map_udf(self, udf: Arc<dyn Mapper>) -> Self {
-        self.udf(Udf::Map(udf))
-    }
-
     /// Expands each row into the values of the stream `f(file)` returns.
-    /// (`gen` is a reserved word in Rust 2024; call it as `.r#gen(..)` or `.generate(..)`.)
+    /// (`gen` is a reserved word in Rust 2024: call it as `.r#gen(..)`.)
     pub fn r#gen<I, O, E, F, S>(self, output: &str, f: F) -> Self
-    where
-        I: DeserializeOwned + Send + 'static,
-        O: Serialize + DeserializeOwned + Send + 'static,
-        E: Into<BoxError> + Send + 'static,
-        F: Fn(I) -> S + Send + Sync + 'static,
-        S: futures::Stream<Item = std::result::Result<O, E>> + Send + 'static,
-    {
-        self.gen_on(&["file"], output, f)
-    }
-
-    /// Same as `Chain::gen`.
-    pub fn generate<I, O, E, F, S>(self, output: &str, f: F) -> Self
     where
         I: DeserializeOwned + Send + 'static,
         O: Serialize + DeserializeOwned + Send + 'static,
@@ -417,11 +400,6 @@ impl Chain {
         S: futures::Stream<Item = std::result::Result<O, E>> + Send + 'static,
     {
         self.add_udf(Udf::r#gen(params, output, f))
-    }
-
-    /// Adds a gen UDF given as a [`Generator`].
-    pub fn gen_udf(self, udf: Arc<dyn Generator>) -> Self {
-        self.udf(Udf::Gen(udf))
     }
 
     /// Adds column `output` computed `batch_size` rows at a time: `async fn(Vec<File>) -> Result<Vec<O>>`.
@@ -446,11 +424,6 @@ impl Chain {
         Fut: Future<Output = std::result::Result<Vec<O>, E>> + Send,
     {
         self.add_udf(Udf::batch_map(params, output, f))
-    }
-
-    /// Adds a batch_map UDF given as a [`BatchMapper`].
-    pub fn batch_map_udf(self, udf: Arc<dyn BatchMapper>) -> Self {
-        self.udf(Udf::BatchMap(udf))
     }
 
     /// One call per group of rows with equal `partition_by` values, reading
@@ -486,12 +459,6 @@ impl Chain {
                 "version({version:?}) follows a UDF step (map, gen, batch_map, agg)"
             ))),
         }
-    }
-
-    /// Adds an agg UDF given as an [`Aggregator`], over groups of the columns `partition_by`.
-    pub fn agg_udf(self, partition_by: &[&str], udf: Arc<dyn Aggregator>) -> Self {
-        let partition_by = partition_by.iter().map(|s| s.to_string()).collect();
-        self.udf(Udf::Agg { udf, partition_by })
     }
 }
 

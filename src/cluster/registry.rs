@@ -22,8 +22,8 @@ use futures::stream::BoxStream;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use udfchain_udfs::{
-    Aggregator, BatchMapper, BoxError, CallError, EachRow, Generator, Lifecycle, Mapper, Signature,
-    UdfError, agg_fn, batch_map_fn, gen_fn, map_fn,
+    Aggregator, BatchMapper, BoxError, CallError, Generator, Mapper, Signature, UdfError, agg_fn,
+    batch_map_fn, gen_fn, map_fn,
 };
 
 use crate::error::{Error, Result};
@@ -224,107 +224,7 @@ impl UdfRegistry {
                 sig.output.data_type()
             )));
         }
-        Ok(renamed(made, sig, partition_by))
-    }
-}
-
-/// `made`, carrying the plan's signature (name included) and keys.
-fn renamed(made: Udf, sig: &Signature, partition_by: &[String]) -> Udf {
-    let sig = sig.clone();
-    match made {
-        Udf::Map(inner) => Udf::Map(Arc::new(Named { sig, inner })),
-        Udf::Gen(inner) => Udf::Gen(Arc::new(Named { sig, inner })),
-        Udf::BatchMap(inner) => Udf::BatchMap(Arc::new(Named { sig, inner })),
-        Udf::Agg { udf, .. } => Udf::Agg {
-            udf: Arc::new(Named { sig, inner: udf }),
-            partition_by: partition_by.to_vec(),
-        },
-    }
-}
-
-/// A UDF under the signature a plan gave it.
-struct Named<T: ?Sized> {
-    sig: Signature,
-    inner: Arc<T>,
-}
-
-impl<T: ?Sized> fmt::Debug for Named<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Udf({})", self.sig.name)
-    }
-}
-
-#[async_trait]
-impl Mapper for Named<dyn Mapper> {
-    fn signature(&self) -> &Signature {
-        &self.sig
-    }
-    async fn map(&self, input: RecordBatch) -> Result<ArrayRef, CallError> {
-        self.inner.map(input).await
-    }
-    async fn map_each(
-        &self,
-        input: RecordBatch,
-        stop_at_error: bool,
-    ) -> Result<EachRow, CallError> {
-        self.inner.map_each(input, stop_at_error).await
-    }
-    fn lifecycle(&self) -> Option<&dyn Lifecycle> {
-        self.inner.lifecycle()
-    }
-    fn concurrency(&self) -> Option<usize> {
-        self.inner.concurrency()
-    }
-}
-
-impl Generator for Named<dyn Generator> {
-    fn signature(&self) -> &Signature {
-        &self.sig
-    }
-    fn generate(
-        &self,
-        input: RecordBatch,
-        max_rows: usize,
-    ) -> BoxStream<'static, Result<ArrayRef, CallError>> {
-        self.inner.generate(input, max_rows)
-    }
-    fn lifecycle(&self) -> Option<&dyn Lifecycle> {
-        self.inner.lifecycle()
-    }
-    fn concurrency(&self) -> Option<usize> {
-        self.inner.concurrency()
-    }
-}
-
-#[async_trait]
-impl BatchMapper for Named<dyn BatchMapper> {
-    fn signature(&self) -> &Signature {
-        &self.sig
-    }
-    async fn map_batch(&self, input: RecordBatch) -> Result<ArrayRef, CallError> {
-        self.inner.map_batch(input).await
-    }
-    fn lifecycle(&self) -> Option<&dyn Lifecycle> {
-        self.inner.lifecycle()
-    }
-    fn concurrency(&self) -> Option<usize> {
-        self.inner.concurrency()
-    }
-}
-
-#[async_trait]
-impl Aggregator for Named<dyn Aggregator> {
-    fn signature(&self) -> &Signature {
-        &self.sig
-    }
-    async fn aggregate(&self, group: RecordBatch) -> Result<ArrayRef, CallError> {
-        self.inner.aggregate(group).await
-    }
-    fn lifecycle(&self) -> Option<&dyn Lifecycle> {
-        self.inner.lifecycle()
-    }
-    fn concurrency(&self) -> Option<usize> {
-        self.inner.concurrency()
+        Ok(made.renamed(sig, partition_by))
     }
 }
 

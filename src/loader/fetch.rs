@@ -10,6 +10,8 @@
 //!   session's settings (`prefetch`, `max_connections`, retries, the shared
 //!   cache when `cache = true`); the rows keep their order whatever the plan
 //!   does (a hidden row number sorts them back);
+//! - `with_images` decodes the files the same way, on rayon's pool, into one
+//!   fixed-shape tensor column (see `udfs::builtins::image::tensor`);
 //! - with shuffle, each consumer reads its source partition's rows from the
 //!   local Parquet (the permutation spans the whole partition) but downloads
 //!   bytes for its own share only;
@@ -32,7 +34,10 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt64Typ
 use datafusion::datasource::{MemTable, provider_as_source};
 use datafusion::execution::memory_pool::MemoryConsumer;
 use datafusion::logical_expr::LogicalPlanBuilder;
-use udfchain_udfs::{CallError, File, Mapper, Signature, decode_rows};
+use udfchain_udfs::builtins::image::{MAX_IMAGE_PIXELS, TensorShape, decode_to_tensor};
+use udfchain_udfs::{CallError, File, Mapper, Signature, UdfError, decode_rows};
+
+use crate::Udf;
 
 use super::plan::{partitions, permutation, seed_of, share};
 use super::source::Resolved;
@@ -62,6 +67,8 @@ pub(crate) struct Spec {
     pub(crate) read: Vec<usize>,
     /// `(file column, output column)`.
     pub(crate) bytes: Option<(String, String)>,
+    /// `(file column, output column, shape)`.
+    pub(crate) images: Option<(String, String, TensorShape)>,
     /// The output columns, by name, in order (bytes column last).
     pub(crate) output: SchemaRef,
 }
@@ -133,7 +140,22 @@ async fn fetch_once(spec: &Spec, epoch: u64, source_partition: usize) -> Result<
     }
     let batch = match &spec.bytes {
         None => batch,
-        Some((file, out)) => with_bytes(&spec.session, batch, file, out).await?,
+        Some((file, out)) => {
+            let mapper = Arc::new(BytesMapper {
+                signature: file_signature("bytes", file, Field::new(out, DataType::Binary, true)),
+            });
+            with_column(&spec.session, batch, mapper).await?
+        }
+    };
+    let batch = match &spec.images {
+        None => batch,
+        Some((file, out, shape)) => {
+            let mapper = Arc::new(ImagesMapper {
+                signature: file_signature("images", file, shape.field(out)),
+                shape: *shape,
+            });
+            with_column(&spec.session, batch, mapper).await?
+        }
     };
     let columns: Vec<usize> = spec
         .output
@@ -145,12 +167,22 @@ async fn fetch_once(spec: &Spec, epoch: u64, source_partition: usize) -> Result<
     Ok(vec![batch])
 }
 
-/// Adds `out` = the bytes of each row's `file` through a one-UDF chain.
-async fn with_bytes(
+/// The signature of a loader UDF reading column `file`, writing `output`.
+fn file_signature(what: &str, file: &str, output: Field) -> Signature {
+    Signature {
+        name: format!("loader {what} of {file}"),
+        params: vec![file.to_string()],
+        input: Some(File::data_type()),
+        output,
+    }
+}
+
+/// Adds `mapper`'s output column (made of each row's file) through a
+/// one-UDF chain, so the files come through the engine's prefetch.
+async fn with_column(
     session: &Arc<Session>,
     batch: RecordBatch,
-    file: &str,
-    out: &str,
+    mapper: Arc<dyn Mapper>,
 ) -> Result<RecordBatch> {
     let n = batch.num_rows();
     let mut fields: Vec<Arc<Field>> = batch.schema().fields().iter().cloned().collect();
@@ -165,21 +197,13 @@ async fn with_bytes(
         None,
     )?
     .build()?;
-    let mapper: Arc<dyn Mapper> = Arc::new(BytesMapper {
-        signature: Signature {
-            name: format!("loader bytes of {file}"),
-            params: vec![file.to_string()],
-            input: Some(File::data_type()),
-            output: Field::new(out, DataType::Binary, true),
-        },
-    });
     let batches = Chain::from_plan(Arc::clone(session), plan)
         .settings(Settings::new().ordered(true).on_error(OnError::Fail))
-        .map_udf(mapper)
+        .udf(Udf::Map(mapper))
         .collect()
         .await?;
     let Some(first) = batches.first() else {
-        return Err(Error::internal("the bytes chain returned no batch"));
+        return Err(Error::internal("the loader's file chain returned no batch"));
     };
     let all = if batches.len() == 1 {
         batches[0].clone()
@@ -188,7 +212,7 @@ async fn with_bytes(
     };
     if all.num_rows() != n {
         return Err(Error::internal(format!(
-            "the bytes chain returned {} rows for {n}",
+            "the loader's file chain returned {} rows for {n}",
             all.num_rows()
         )));
     }
@@ -231,4 +255,41 @@ impl Mapper for BytesMapper {
 
 fn df(e: impl Into<datafusion::error::DataFusionError>) -> Error {
     Error::from(e.into())
+}
+
+/// The map UDF that decodes each `File` into a block of a tensor column
+/// (the files read from their prefetched copies, decoded on rayon's pool).
+#[derive(Debug)]
+struct ImagesMapper {
+    signature: Signature,
+    shape: TensorShape,
+}
+
+#[async_trait]
+impl Mapper for ImagesMapper {
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    async fn map(&self, input: RecordBatch) -> std::result::Result<ArrayRef, CallError> {
+        let files: Vec<Option<File>> = decode_rows(&input, &self.signature.params)?;
+        let mut encoded = Vec::with_capacity(files.len());
+        for (row, file) in files.iter().enumerate() {
+            encoded.push(match file {
+                Some(f) => Some(f.read().await.map_err(|e| CallError::at_row(row, e))?),
+                None => None,
+            });
+        }
+        let rows: Vec<Option<&[u8]>> = encoded.iter().map(|b| b.as_deref()).collect();
+        decode_to_tensor(&rows, &self.shape, MAX_IMAGE_PIXELS).map_err(|(row, e)| {
+            let e = match files.get(row).cloned().flatten() {
+                Some(f) => UdfError::Read {
+                    url: f.url(),
+                    source: Box::new(e),
+                },
+                None => e,
+            };
+            CallError::at_row(row, e)
+        })
+    }
 }

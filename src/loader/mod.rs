@@ -74,6 +74,7 @@ pub struct Loader {
     prefetch: usize,
     parallel: usize,
     bytes: Option<(String, String)>,
+    images: Option<Images>,
     batch_size: usize,
     drop_last: bool,
     columns: Option<Vec<String>>,
@@ -102,7 +103,8 @@ impl std::fmt::Debug for Loader {
 pub struct EpochPlan {
     /// The epoch this plan is for.
     pub epoch: u64,
-    /// The output columns (with the bytes column, last, when `with_bytes`).
+    /// The output columns (then the bytes column when `with_bytes`, then the
+    /// images column when `with_images`).
     pub schema: SchemaRef,
     /// The partitions in reading order.
     pub partitions: Vec<PartitionInfo>,
@@ -130,6 +132,26 @@ pub struct PartitionInfo {
     pub rows: usize,
 }
 
+/// `with_images`: the File column, the output column, `(width, height)` and the mode.
+#[derive(Clone, Debug)]
+struct Images {
+    file: String,
+    out: String,
+    size: (u32, u32),
+    mode: udfchain_udfs::builtins::image::Mode,
+}
+
+impl Images {
+    fn shape(&self) -> Result<udfchain_udfs::builtins::image::TensorShape> {
+        udfchain_udfs::builtins::image::TensorShape::new(self.size.0, self.size.1, self.mode)
+            .map_err(|e| Error::Setting {
+                name: "with_images size".into(),
+                value: format!("{}x{}", self.size.0, self.size.1),
+                reason: e.to_string(),
+            })
+    }
+}
+
 /// One partition's rows, materialised; its memory stays charged to the
 /// session's memory pool until this is dropped.
 #[derive(Debug)]
@@ -150,6 +172,7 @@ impl Loader {
             prefetch: 1,
             parallel: 1,
             bytes: None,
+            images: None,
             batch_size: DEFAULT_BATCH_SIZE,
             drop_last: false,
             columns: None,
@@ -219,6 +242,30 @@ impl Loader {
     /// (null for a null file), downloaded under the session's settings.
     pub fn with_bytes(mut self, file_col: &str, out_col: &str) -> Self {
         self.bytes = Some((file_col.to_string(), out_col.to_string()));
+        self
+    }
+
+    /// Adds column `out_col`: each `File` of `file_col` decoded, converted to
+    /// `mode` and resized to `size = (width, height)` (bilinear, aspect not
+    /// kept) on the engine's threads while the partition is fetched, `k`
+    /// partitions ahead of the trainer, as one `H x W x C` uint8 block per row:
+    /// an Arrow fixed-shape tensor (`arrow.fixed_shape_tensor`, shape `[H, W,
+    /// C]`) that pyarrow and numpy read as one `(N, H, W, C)` array, no copy.
+    /// A file that does not decode fails the partition naming the file; a
+    /// null file is a null row. Sizes are 1 to 65,535 a side.
+    pub fn with_images(
+        mut self,
+        file_col: &str,
+        out_col: &str,
+        size: (u32, u32),
+        mode: udfchain_udfs::builtins::image::Mode,
+    ) -> Self {
+        self.images = Some(Images {
+            file: file_col.to_string(),
+            out: out_col.to_string(),
+            size,
+            mode,
+        });
         self
     }
 
@@ -375,29 +422,51 @@ impl Loader {
             read.push(i);
         }
         let mut fields: Vec<Field> = read.iter().map(|&i| schema.field(i).clone()).collect();
-        if let Some((file, out)) = &self.bytes {
+        // A column made of a File column's files: its File column must be
+        // one, and its name must be free.
+        let mut added = |file: &str, out: &str, field: Field, what: &str| -> Result<()> {
             let i = schema
                 .index_of(file)
-                .map_err(|_| unknown(file, "with_bytes file column"))?;
+                .map_err(|_| unknown(file, &format!("{what} file column")))?;
             if !File::is_file_type(schema.field(i).data_type()) {
                 return Err(Error::Setting {
-                    name: "with_bytes file column".into(),
-                    value: file.clone(),
+                    name: format!("{what} file column"),
+                    value: file.to_string(),
                     reason: format!("holds {}, not a File", schema.field(i).data_type()),
                 });
             }
-            if out_names.iter().any(|n| n == out) || out == file {
+            if out_names.iter().any(|n| n == out)
+                || out == file
+                || fields.iter().any(|f| f.name() == out)
+            {
                 return Err(Error::Setting {
-                    name: "with_bytes output column".into(),
-                    value: out.clone(),
+                    name: format!("{what} output column"),
+                    value: out.to_string(),
                     reason: "is already a column of the rows".into(),
                 });
             }
             if !read.contains(&i) {
                 read.push(i);
             }
-            fields.push(Field::new(out, DataType::Binary, true));
+            fields.push(field);
+            Ok(())
+        };
+        if let Some((file, out)) = &self.bytes {
+            added(
+                file,
+                out,
+                Field::new(out, DataType::Binary, true),
+                "with_bytes",
+            )?;
         }
+        let images = match &self.images {
+            None => None,
+            Some(im) => {
+                let shape = im.shape()?;
+                added(&im.file, &im.out, shape.field(&im.out), "with_images")?;
+                Some((im.file.clone(), im.out.clone(), shape))
+            }
+        };
         let output = Arc::new(Schema::new(fields));
         let (rank, world) = self.shard;
         let (worker, workers) = self.worker;
@@ -430,6 +499,7 @@ impl Loader {
                 consumer,
                 read,
                 bytes: self.bytes.clone(),
+                images,
                 output,
             }),
         })

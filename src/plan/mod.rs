@@ -18,6 +18,7 @@ mod operator;
 mod output;
 mod planner;
 mod prefetch;
+mod renamed;
 mod report;
 mod skip_list;
 mod udf;

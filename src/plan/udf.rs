@@ -180,6 +180,16 @@ impl From<Arc<dyn BatchMapper>> for Udf {
     }
 }
 
+/// An aggregate over no keys until [`Udf::partition_by`].
+impl From<Arc<dyn Aggregator>> for Udf {
+    fn from(udf: Arc<dyn Aggregator>) -> Self {
+        Self::Agg {
+            udf,
+            partition_by: Vec::new(),
+        }
+    }
+}
+
 impl From<Stateful<dyn Mapper>> for Udf {
     fn from(u: Stateful<dyn Mapper>) -> Self {
         Self::Map(u.into_udf())

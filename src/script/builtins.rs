@@ -26,6 +26,8 @@
 //!   it takes.
 //!
 //! `image_size` reads only the header, so it is planned with `prefetch = 0`.
+//! `image_thumbnail(file, max_side)` takes a constant size after the File
+//! column: calls of one size over one column are one node.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -44,7 +46,7 @@ use datafusion::logical_expr::{
 };
 use datafusion::optimizer::AnalyzerRule;
 use udfchain_udfs::builtins::{
-    file_size, image_decode, image_size, line_count, md5, read_text, sha256,
+    file_size, image_decode, image_size, image_thumbnail, line_count, md5, read_text, sha256,
 };
 use udfchain_udfs::{File, Mapper, UdfError, map_fn};
 
@@ -55,6 +57,10 @@ use crate::util::lock::lock;
 /// Builds the UDF for a call: `make(param column, output column)`.
 pub type Make = Arc<dyn Fn(&str, &str) -> Result<Arc<dyn Mapper>, UdfError> + Send + Sync>;
 
+/// Builds the UDF of a call with a constant size after its File column
+/// (`image_thumbnail(file, 256)`): `make(param, output, size)`.
+type SizedMake = Arc<dyn Fn(&str, &str, u32) -> Result<Arc<dyn Mapper>, UdfError> + Send + Sync>;
+
 /// A scalar UDF callable by name in scripts: its constructor and whether it
 /// reads only a header (then it is planned with `prefetch = 0`).
 #[derive(Clone)]
@@ -62,6 +68,10 @@ pub struct Builtin {
     pub name: String,
     make: Make,
     header_only: bool,
+    /// For a call that takes a constant size after the File column.
+    sized: Option<SizedMake>,
+    /// What makes two calls one node: the name, and the size when there is one.
+    key: String,
 }
 
 impl std::fmt::Debug for Builtin {
@@ -76,6 +86,49 @@ impl Builtin {
             name: name.to_string(),
             make,
             header_only,
+            sized: None,
+            key: name.to_string(),
+        }
+    }
+
+    /// A built-in called as `name(file, size)`, `size` a constant in
+    /// 1..=65535; its stub types calls with the UDF of size 256.
+    fn sized(name: &str, sized: SizedMake) -> Self {
+        let typed = Arc::clone(&sized);
+        let mut b = Self::new(name, false, Arc::new(move |p, o| typed(p, o, 256)));
+        b.sized = Some(sized);
+        b
+    }
+
+    /// This built-in for a call's arguments after its File column: none, or
+    /// for a sized one its size.
+    fn for_args(&self, rest: &[Expr]) -> DfResult<Builtin> {
+        let name = &self.name;
+        match (&self.sized, rest) {
+            (None, []) => Ok(self.clone()),
+            (None, _) => plan(format!("{}; got {} arguments", takes(name), rest.len() + 1)),
+            (Some(sized), [Expr::Literal(v, _)]) => {
+                let size = v
+                    .cast_to(&DataType::Int64)
+                    .ok()
+                    .and_then(|v| match v {
+                        datafusion::common::ScalarValue::Int64(Some(n)) => u32::try_from(n).ok(),
+                        _ => None,
+                    })
+                    .filter(|n| (1..=65_535).contains(n))
+                    .ok_or_else(|| {
+                        DataFusionError::Plan(format!(
+                            "{name}(file, max_side): max_side is a whole number from 1 to 65535; got {v}"
+                        ))
+                    })?;
+                let sized = Arc::clone(sized);
+                let mut b = Self::new(name, false, Arc::new(move |p, o| sized(p, o, size)));
+                b.key = format!("{name}({size})");
+                Ok(b)
+            }
+            (Some(_), _) => plan(format!(
+                "{name}(file, max_side) takes a File column and a constant max_side, e.g. {name}(file, 256)"
+            )),
         }
     }
 
@@ -109,6 +162,10 @@ pub fn builtins() -> Vec<Builtin> {
         b("line_count", |p, o| map_fn(&[p], o, line_count), false),
         b("image_size", |p, o| map_fn(&[p], o, image_size), true),
         b("image_decode", |p, o| map_fn(&[p], o, image_decode), false),
+        Builtin::sized(
+            "image_thumbnail",
+            Arc::new(|p, o, side| map_fn(&[p], o, move |f: File| image_thumbnail(f, side))),
+        ),
     ]
 }
 
@@ -427,14 +484,17 @@ impl Rewriter {
         let Some(b) = self.table.iter().find(|b| b.name == func.name()).cloned() else {
             return Ok(Transformed::no(x));
         };
-        let c = match args.as_slice() {
-            [Expr::Column(c)] => c.clone(),
-            [Expr::OuterReferenceColumn(..)] => return Ok(Transformed::no(x)),
-            [other] => match self.file_arg(other, inputs)? {
+        let Some((first, rest)) = args.split_first() else {
+            return plan(format!("{}; got no argument", takes(&b.name)));
+        };
+        let b = b.for_args(rest)?;
+        let c = match first {
+            Expr::Column(c) => c.clone(),
+            Expr::OuterReferenceColumn(..) => return Ok(Transformed::no(x)),
+            other => match self.file_arg(other, inputs)? {
                 Some(c) => c,
                 None => return plan(format!("{}; got {other}", takes(&b.name))),
             },
-            _ => return plan(format!("{}; got {} arguments", takes(&b.name), args.len())),
         };
         let out = self.node_for(&b, c, inputs)?;
         Ok(Transformed::yes(Expr::Column(Column::new_unqualified(out))))
@@ -465,9 +525,10 @@ impl Rewriter {
                         else {
                             return Ok(Transformed::no(x));
                         };
-                        let [Expr::OuterReferenceColumn(_, c)] = args.as_slice() else {
+                        let [Expr::OuterReferenceColumn(_, c), rest @ ..] = args.as_slice() else {
                             return Ok(Transformed::no(x));
                         };
+                        let b = b.for_args(rest)?;
                         let out = self.node_for(&b, c.clone(), inputs)?;
                         let i = inputs
                             .iter()
@@ -547,7 +608,7 @@ impl Rewriter {
         };
         let schema = Arc::clone(inputs[i].schema());
         if let Some(m) = self.made.iter().find(|m| {
-            m.udf == *name && m.arg == c && schema.has_column_with_unqualified_name(&m.out)
+            m.udf == b.key && m.arg == c && schema.has_column_with_unqualified_name(&m.out)
         }) {
             return Ok(m.out.clone());
         }
@@ -589,7 +650,7 @@ impl Rewriter {
         }
         inputs[i] = attach(input, &param, Udf::Map(udf), s)?;
         self.made.push(Made {
-            udf: name.clone(),
+            udf: b.key.clone(),
             arg: c,
             out: out.clone(),
         });

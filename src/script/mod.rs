@@ -121,6 +121,42 @@ impl ScriptRunner {
         Ok(())
     }
 
+    /// Makes `name(column)` call `udf` per row in this runner's scripts: a
+    /// map [`Udf`](crate::Udf), e.g. one with state from
+    /// `udfchain::udfs::map_with` (set up once in the process, shared by every
+    /// call, torn down when the last run using it ends). The call's column is
+    /// handed to the UDF as its first param, whatever either is named. A gen,
+    /// batch_map or agg UDF is refused: SQL calls a function once per row;
+    /// those run in a [`Chain`] ([`Chain::udf`]).
+    pub fn register(&self, name: &str, udf: impl Into<crate::Udf>) -> Result<()> {
+        let udf = udf.into();
+        if !matches!(udf, crate::Udf::Map(_)) {
+            return Err(Error::plan(format!(
+                "UDF {name}: SQL calls map UDFs (one value per row); this is a {} UDF, \
+                 which runs in a Chain (Chain::udf)",
+                udf.kind_name()
+            )));
+        }
+        let called = name.to_string();
+        self.register_map(name, false, move |param, output| {
+            let own = udf.signature();
+            let sig = udfchain_udfs::Signature {
+                name: called.clone(),
+                params: vec![param.to_string()],
+                input: own.input.clone(),
+                output: own.output.clone().with_name(output),
+            };
+            match udf.clone().renamed(&sig, &[]) {
+                crate::Udf::Map(m) => Ok(m),
+                other => Err(udfchain_udfs::UdfError::Contract(format!(
+                    "UDF {}: a {} UDF where a map was registered",
+                    sig.name,
+                    other.kind_name()
+                ))),
+            }
+        })
+    }
+
     /// Applies `name = value` as a `SET` would.
     pub fn set(&self, name: &str, value: &str) -> Result<()> {
         let mut s = lock(&self.settings);

@@ -144,7 +144,7 @@ async fn kinds(session: &Arc<Session>) -> BTreeMap<&'static str, Vec<String>> {
         .expect("map");
     out.insert("map", rows(map));
     let generated = src()
-        .generate("piece", pieces)
+        .r#gen("piece", pieces)
         .select([path(), col("piece")])
         .collect()
         .await

@@ -115,6 +115,86 @@ async fn sql_decodes_resizes_and_encodes_and_skips_a_broken_file() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sql_thumbnails_fit_their_size_and_equal_the_udf_called_directly() {
+    let (dir, files) = image_dir(4);
+    let root = tempfile::tempdir().expect("root");
+    let r = runner(root.path());
+    let d = dir.path().display();
+    // Two sizes over one column are two nodes; one size twice is one.
+    let outputs = r
+        .run(&format!(
+            "SET on_error = 'skip';
+             SELECT file.path AS path, image_thumbnail(file, 20) AS t20,
+                    image_thumbnail(file, 7) AS t7,
+                    image_thumbnail(file, 20)['width'] AS w20
+             FROM read_storage('{d}') ORDER BY path"
+        ))
+        .await
+        .expect("run");
+    let Some(Output::Table(batches)) = outputs.into_iter().last() else {
+        panic!("a table")
+    };
+    let mut rows = 0;
+    for b in &batches {
+        let paths = b.column(0).as_string::<i32>();
+        let t20 = Image::views(b.column(1).as_ref()).expect("images");
+        let t7 = Image::views(b.column(2).as_ref()).expect("images");
+        let w20 = b
+            .column(3)
+            .as_primitive::<datafusion::arrow::datatypes::UInt32Type>();
+        for i in 0..b.num_rows() {
+            let (_, bytes) = files
+                .iter()
+                .find(|(n, _)| n == paths.value(i))
+                .expect("a written file");
+            for (side, got) in [(20, t20[i]), (7, t7[i])] {
+                let got = got.expect("not null").to_image();
+                // 48x32 pictures: the longer side is `side`, the mode RGB.
+                let height = (f64::from(side) * 2.0 / 3.0).round() as u32;
+                assert_eq!(
+                    (got.width, got.height),
+                    (side, height),
+                    "{}",
+                    paths.value(i)
+                );
+                let dir = tempfile::tempdir().expect("dir");
+                std::fs::write(dir.path().join("one"), bytes).expect("write");
+                let want = udfchain::Chain::from_storage(&dir.path().display().to_string())
+                    .map("t", move |f: udfchain::File| {
+                        udfchain::udfs::builtins::image::image_thumbnail(f, side)
+                    })
+                    .collect()
+                    .await
+                    .expect("direct");
+                let want = Image::views(want[0].column_by_name("t").expect("t").as_ref())
+                    .expect("images")[0]
+                    .expect("decoded")
+                    .to_image();
+                assert_eq!(got, want, "{} at {side}", paths.value(i));
+            }
+            assert_eq!(w20.value(i), 20);
+            rows += 1;
+        }
+    }
+    assert_eq!(rows, files.len(), "every image but broken.jpg");
+    for (call, says) in [
+        (
+            "image_thumbnail(file)",
+            "takes a File column and a constant max_side",
+        ),
+        ("image_thumbnail(file, 0)", "from 1 to 65535"),
+        ("image_thumbnail(file, file.size)", "a constant max_side"),
+        ("image_decode(file, 3)", "got 2 arguments"),
+    ] {
+        let err = r
+            .run(&format!("SELECT {call} FROM read_storage('{d}')"))
+            .await
+            .expect_err(call);
+        assert!(err.to_string().contains(says), "{call}: {err}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rust_chain_decodes_with_prefetch_and_resizes_by_expression() {
     let (dir, files) = image_dir(4);
     std::fs::remove_file(dir.path().join("broken.jpg")).expect("rm");

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use udfchain::udfs::{agg_with, batch_map_with, gen_with, map_with};
-use udfchain::{Chain, OnError, Session, Settings};
+use udfchain::{Chain, OnError, Session, Settings, Udf};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Row {
@@ -98,11 +98,10 @@ fn chain_of(counts: &Arc<Counts>, fail_at: i64, settings: Settings, concurrency:
         predict(m, x, fail_at)
     })
     .expect("udf")
-    .concurrency(concurrency)
-    .into_udf();
+    .concurrency(concurrency);
     Chain::from_values_in(Session::new(), &rows(60))
         .settings(settings)
-        .map_udf(udf)
+        .udf(udf)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -173,11 +172,10 @@ async fn a_failing_setup_fails_the_run_once_whatever_on_error_says() {
             },
             |m: Arc<i64>, x: i64| async move { Ok::<_, std::io::Error>(x + *m) },
         )
-        .expect("udf")
-        .into_udf();
+        .expect("udf");
         let err = Chain::from_values_in(Session::new(), &rows(40))
             .settings(Settings::new().parallel(8).on_error(policy))
-            .map_udf(udf)
+            .udf(udf)
             .collect()
             .await
             .expect_err("setup fails");
@@ -202,13 +200,11 @@ async fn every_kind_sets_up_once_and_tears_down_once() {
             Ok::<_, std::io::Error>(xs.into_iter().map(|x| x + m.bias).collect::<Vec<_>>())
         },
     )
-    .expect("batch")
-    .into_udf();
+    .expect("batch");
     let generator = gen_with(&["x"], "e", loader(&counts), |m: Arc<Model>, x: i64| {
         futures::stream::iter([Ok::<_, std::io::Error>(x), Ok(m.bias)])
     })
-    .expect("gen")
-    .into_udf();
+    .expect("gen");
     let agg = agg_with(
         &["e"],
         "total",
@@ -217,13 +213,12 @@ async fn every_kind_sets_up_once_and_tears_down_once() {
             Ok::<_, std::io::Error>(vec![es.iter().sum::<i64>() + m.bias])
         },
     )
-    .expect("agg")
-    .into_udf();
+    .expect("agg");
     let chain = Chain::from_values_in(Session::new(), &rows(30))
         .settings(Settings::new().parallel(4).batch_size(4))
-        .batch_map_udf(batch)
-        .gen_udf(generator)
-        .agg_udf(&["g"], agg);
+        .udf(batch)
+        .udf(generator)
+        .udf(Udf::from(agg).partition_by(&["g"]));
     let n: usize = chain
         .collect()
         .await
@@ -268,4 +263,51 @@ async fn a_cluster_executor_sets_up_once_for_all_its_tasks_and_runs() {
     // The executor keeps the state of the UDFs its tasks ran: one setup for
     // every task of both runs, nothing torn down while it runs.
     assert_eq!((counts.setups(), counts.teardowns()), (1, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_udf_value_registered_for_sql_runs_under_its_sql_name_on_any_column() {
+    use datafusion::arrow::array::{AsArray, RecordBatch};
+    use datafusion::arrow::datatypes::Int64Type;
+    use udfchain::{Output, ScriptRunner};
+
+    let counts = Arc::new(Counts::default());
+    let udf = map_with(&["x"], "y", loader(&counts), |m: Arc<Model>, x: i64| {
+        predict(m, x, -1)
+    })
+    .expect("udf")
+    .concurrency(1);
+    let runner = ScriptRunner::new(Session::new());
+    runner.register("predict", udf).expect("register");
+    // Its param is `x`; the SQL calls it on `v`, beside a column named `x`
+    // that must not shadow `v`.
+    let out = runner
+        .run("SELECT v, predict(v) AS p FROM (VALUES (1, 7), (2, 7), (3, 7)) AS t(v, x) ORDER BY v")
+        .await
+        .expect("query");
+    let Some(Output::Table(batches)) = out.last() else {
+        panic!("a table: {out:?}")
+    };
+    let batch =
+        datafusion::arrow::compute::concat_batches(&batches[0].schema(), batches).expect("concat");
+    let p: Vec<i64> = RecordBatch::column_by_name(&batch, "p")
+        .expect("p")
+        .as_primitive::<Int64Type>()
+        .values()
+        .to_vec();
+    assert_eq!(p, vec![101, 102, 103]);
+    let (setups, teardowns) = counts.settled().await;
+    assert_eq!((setups, teardowns), (1, 1));
+
+    let generator = gen_with(&["x"], "e", loader(&counts), |_: Arc<Model>, x: i64| {
+        futures::stream::iter([Ok::<_, std::io::Error>(x)])
+    })
+    .expect("gen");
+    let err = runner
+        .register("explode_x", generator)
+        .expect_err("a gen UDF is not a SQL function");
+    assert!(
+        err.to_string().contains("a gen UDF") && err.to_string().contains("Chain::udf"),
+        "{err}"
+    );
 }

@@ -629,3 +629,114 @@ async fn a_missing_object_fails_the_partition_without_retries() {
         "one GET, no retry: {e}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_images_delivers_each_file_decoded_and_resized_as_one_tensor_block() {
+    use udfchain::udfs::builtins::image::{
+        DecodeOptions, Filter, Format, Image, Mode, decode, encode, resize,
+    };
+    let dir = tempfile::tempdir().expect("dir");
+    let mut written = std::collections::BTreeMap::new();
+    for i in 0..23u32 {
+        let (w, h) = (30 + i, 20 + 2 * i);
+        let data = (0..w * h * 3)
+            .map(|j| ((j * 7 + i * 31) % 256) as u8)
+            .collect();
+        let img = Image::new(w, h, Mode::Rgb, data).expect("image");
+        let format = if i % 3 == 0 {
+            Format::Jpeg
+        } else {
+            Format::Png
+        };
+        let bytes = encode(img.view(), format, Some(90)).expect("encode");
+        let name = format!("img{i:02}.{}", if i % 3 == 0 { "jpg" } else { "png" });
+        std::fs::write(dir.path().join(&name), &bytes).expect("write");
+        written.insert(name, bytes);
+    }
+    let session = Session::new();
+    let chain = Chain::from_storage(&dir.path().display().to_string()).in_session(session);
+    let loader = Loader::from_chain(chain)
+        .partition_rows(5)
+        .prefetch_partitions(2)
+        .batch_size(4)
+        .columns(["file"])
+        .with_images("file", "image", (16, 12), Mode::Rgb);
+    let batches = drain(&loader, 0).await;
+    let field = batches[0]
+        .schema()
+        .field_with_name("image")
+        .expect("image")
+        .clone();
+    assert_eq!(
+        field
+            .metadata()
+            .get("ARROW:extension:name")
+            .map(String::as_str),
+        Some("arrow.fixed_shape_tensor")
+    );
+    let mut seen = 0;
+    for b in &batches {
+        let files = b.column_by_name("file").expect("file").as_struct();
+        let paths = files
+            .column_by_name("path")
+            .expect("path")
+            .as_string::<i32>();
+        let images = b
+            .column_by_name("image")
+            .expect("image")
+            .as_fixed_size_list();
+        assert_eq!(images.value_length(), 16 * 12 * 3);
+        for row in 0..b.num_rows() {
+            let name = paths.value(row).rsplit('/').next().expect("name");
+            // Decoded as documented: RGB, a JPEG at reduced size in the DCT
+            // when it is at least twice the longer target side, then resized.
+            let options = DecodeOptions {
+                mode: Some(Mode::Rgb),
+                max_side: Some(16),
+                ..DecodeOptions::default()
+            };
+            let want = resize(
+                decode(&written[name], &options).expect("decode").view(),
+                16,
+                12,
+                Filter::Bilinear,
+            )
+            .expect("resize");
+            let got = images.value(row);
+            let got = got.as_primitive::<datafusion::arrow::datatypes::UInt8Type>();
+            assert_eq!(got.values().as_ref(), want.data.as_slice(), "{name}");
+            seen += 1;
+        }
+    }
+    assert_eq!(seen, written.len());
+
+    // A file that is not an image fails the epoch, naming it.
+    std::fs::write(dir.path().join("zz-broken.png"), b"\x89PNG nope").expect("write");
+    let chain = Chain::from_storage(&dir.path().display().to_string()).in_session(Session::new());
+    let loader = Loader::from_chain(chain).with_images("file", "image", (8, 8), Mode::L);
+    let mut stream = loader.epoch(0).await.expect("epoch");
+    let mut err = None;
+    while let Some(b) = stream.next().await {
+        if let Err(e) = b {
+            err = Some(e);
+            break;
+        }
+    }
+    let err = err.expect("the broken file fails");
+    assert!(err.to_string().contains("zz-broken.png"), "{err}");
+    // Bad sizes and names are setting errors.
+    let l = || Loader::from_chain(Chain::from_values(&[1u64]));
+    let e = l()
+        .with_images("value", "image", (8, 8), Mode::Rgb)
+        .plan(0)
+        .await
+        .expect_err("not a File");
+    assert!(e.to_string().contains("with_images file column"), "{e}");
+    let chain = Chain::from_storage(&dir.path().display().to_string()).in_session(Session::new());
+    let e = Loader::from_chain(chain)
+        .with_images("file", "image", (0, 8), Mode::Rgb)
+        .plan(0)
+        .await
+        .expect_err("width 0");
+    assert!(e.to_string().contains("with_images size"), "{e}");
+}

@@ -18,7 +18,7 @@ use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use tempfile::TempDir;
 use udfchain::udfs::{BatchMapper, BoxError, CallError, Signature, decode_rows, encode_column};
-use udfchain::{Chain, Error, File, OnError, RunReport, Session, Settings, col};
+use udfchain::{Chain, Error, File, OnError, RunReport, Session, Settings, Udf, col};
 
 use crate::support::{CountingStore, S3Server, content, no_prefetch_dirs_soon};
 
@@ -197,12 +197,12 @@ async fn run(
             })
             .flat_map(futures::stream::iter)
         }),
-        Kind::BatchMap => chain.batch_map_udf(Arc::new(Totals(Signature {
+        Kind::BatchMap => chain.udf(Udf::BatchMap(Arc::new(Totals(Signature {
             name: "totals".into(),
             params: params.iter().map(|s| s.to_string()).collect(),
             input: None,
             output: Field::new("v", DataType::UInt64, true),
-        }))),
+        })))),
         Kind::Agg => chain.agg(&["key"], &params, "v", |ps: Vec<Pair>| async move {
             let mut sum = 0;
             for p in &ps {

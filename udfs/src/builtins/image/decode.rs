@@ -2,7 +2,8 @@
 //! first frame), BMP and TIFF, by the `image` crate (JPEG by zune-jpeg), with
 //! the EXIF orientation applied and the pixels converted to `L`, `RGB` or
 //! `RGBA` as Pillow's `convert` does (palettes expanded, alpha dropped for
-//! `RGB`, 16-bit channels scaled to 8).
+//! `RGB`; 16-bit channels to 8 as Pillow reads them: gray clipped at 255,
+//! others by their high byte).
 //!
 //! Guarantees, for any bytes (tests: `decode_never_panics_on_mutated_headers`):
 //! - the image's size is read from its header first, and one of more than
@@ -135,8 +136,44 @@ fn natural_mode(img: &DynamicImage) -> Mode {
     }
 }
 
+/// `img` with 8-bit channels as Pillow reads 16-bit images: 16-bit gray
+/// (Pillow's `I;16`) clipped to 255 (what its `convert("L")` and
+/// `convert("RGB")` do), other 16-bit images by their high byte (Pillow's
+/// `;16B` raw modes). Float images convert as the `image` crate does.
+fn to_eight_bits(img: DynamicImage) -> DynamicImage {
+    use image::{ImageBuffer, Luma, LumaA, Rgb, Rgba};
+    let (w, h) = (img.width(), img.height());
+    let high = |v: &u16| (v >> 8) as u8;
+    match img {
+        DynamicImage::ImageLuma16(b) => {
+            let data = b.into_raw().iter().map(|&v| v.min(255) as u8).collect();
+            ImageBuffer::<Luma<u8>, Vec<u8>>::from_raw(w, h, data)
+                .map_or_else(|| DynamicImage::new_luma8(w, h), DynamicImage::ImageLuma8)
+        }
+        DynamicImage::ImageLumaA16(b) => {
+            let data = b.into_raw().iter().map(high).collect();
+            ImageBuffer::<LumaA<u8>, Vec<u8>>::from_raw(w, h, data).map_or_else(
+                || DynamicImage::new_luma_a8(w, h),
+                DynamicImage::ImageLumaA8,
+            )
+        }
+        DynamicImage::ImageRgb16(b) => {
+            let data = b.into_raw().iter().map(high).collect();
+            ImageBuffer::<Rgb<u8>, Vec<u8>>::from_raw(w, h, data)
+                .map_or_else(|| DynamicImage::new_rgb8(w, h), DynamicImage::ImageRgb8)
+        }
+        DynamicImage::ImageRgba16(b) => {
+            let data = b.into_raw().iter().map(high).collect();
+            ImageBuffer::<Rgba<u8>, Vec<u8>>::from_raw(w, h, data)
+                .map_or_else(|| DynamicImage::new_rgba8(w, h), DynamicImage::ImageRgba8)
+        }
+        other => other,
+    }
+}
+
 /// `img`'s pixels in `mode`.
 pub(super) fn from_dynamic(img: DynamicImage, mode: Mode) -> Image {
+    let img = to_eight_bits(img);
     let (width, height) = (img.width(), img.height());
     let data = match (mode, img) {
         (Mode::L, DynamicImage::ImageLuma8(b)) => b.into_raw(),

@@ -25,7 +25,7 @@ use rayon::prelude::*;
 
 use super::ops::{Filter, Format};
 use super::value::{Image, ImageView, Mode};
-use super::{center_crop, convert, crop, encode, resize, resize_to_fit};
+use super::{blocking, center_crop, convert, crop, encode, resize, resize_to_fit};
 use crate::error::UdfError;
 
 /// Which operation a function is.
@@ -71,7 +71,7 @@ struct ImageFunction {
     signature: Signature,
 }
 
-/// Every image function, to register in a session.
+/// Every image function (with `image_to_tensor`), to register in a session.
 pub fn functions() -> Vec<ScalarUDF> {
     [
         Op::Resize,
@@ -88,6 +88,7 @@ pub fn functions() -> Vec<ScalarUDF> {
             signature: Signature::variadic_any(Volatility::Immutable),
         })
     })
+    .chain([super::to_tensor_function()])
     .collect()
 }
 
@@ -243,17 +244,6 @@ impl ScalarUDFImpl for ImageFunction {
             return Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?));
         }
         Ok(ColumnarValue::Array(out))
-    }
-}
-
-/// `f` run where blocking is allowed: on a multi-threaded tokio worker
-/// through `block_in_place` (its other tasks move to other threads).
-fn blocking<T>(f: impl FnOnce() -> T) -> T {
-    match tokio::runtime::Handle::try_current() {
-        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-            tokio::task::block_in_place(f)
-        }
-        _ => f(),
     }
 }
 

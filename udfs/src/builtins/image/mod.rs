@@ -6,12 +6,13 @@
 //!
 //! Files: `size.rs` (header only, ranged reads), `value.rs` (the value and
 //! its Arrow layout), `decode.rs` (bytes to pixels, bounded), `ops.rs` (the
-//! operations). See docs/images.md.
+//! operations), `tensor.rs` (many images to one fixed-shape tensor column). See docs/images.md.
 
 mod decode;
 mod functions;
 mod ops;
 mod size;
+mod tensor;
 mod value;
 
 use datafusion::arrow::array::{Array, ArrayRef};
@@ -23,6 +24,7 @@ pub use ops::{
     Filter, Format, MAX_SIDE, center_crop, convert, crop, encode, fit_size, resize, resize_to_fit,
 };
 pub use size::{ImageSize, MAX_HEADER_BYTES, MAX_READS, image_size};
+pub use tensor::{TensorShape, decode_to_tensor, images_to_tensor, to_tensor_function};
 pub use value::{Image, ImageView, Mode};
 
 use crate::error::UdfError;
@@ -80,3 +82,14 @@ pub fn map_column(
 
 #[cfg(test)]
 mod tests;
+
+/// `f` run where blocking is allowed: on a multi-threaded tokio worker
+/// through `block_in_place` (its other tasks move to other threads).
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
+        }
+        _ => f(),
+    }
+}
