@@ -29,7 +29,7 @@
 //!   [`FileSource`], and [`Error`] / [`Result`];
 //! - the feature modules, each holding its own types: [`loader`] (training
 //!   loader), [`serve`] (Arrow Flight), [`pipeline`] (triggers, selection,
-//!   training sets), [`cluster`] (Ballista);
+//!   training sets), [`cluster`] (Ballista), [`ui`] (the dataset browser);
 //! - [`udfs`], the UDF contract crate (`udfchain-udfs`), and [`datafusion`].
 //!
 //! Everything else (`runtime`, `util`, `cache`, `plan`, `storage`, `session`,
@@ -70,6 +70,7 @@ pub(crate) mod settings;
 pub(crate) mod storage;
 #[doc(hidden)]
 pub mod testing;
+pub mod ui;
 pub(crate) mod util;
 
 pub use cache::{CacheUsage, SharedCache};
