@@ -77,7 +77,7 @@ fn page(status: StatusCode, title: &str, body: &str, started: Instant) -> Respon
     let html = format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <title>{} · udfchain</title><link rel=\"stylesheet\" href=\"/static/style.css\">\
+         <title>{} · udfchain</title><link rel=\"icon\" href=\"data:,\"><link rel=\"stylesheet\" href=\"/static/style.css\">\
          <script src=\"/static/app.js\" defer></script></head><body>\
          <nav><a class=\"brand\" href=\"/\">udfchain</a> <a href=\"/\">Datasets</a> <a href=\"/query\">Query</a></nav>\
          <main>{body}</main></body></html>",
@@ -935,7 +935,7 @@ pub(super) async fn compare(
     } else {
         let differs: Vec<String> = others
             .iter()
-            .map(|c| format!("o.{0} IS DISTINCT FROM n.{0}", ident(c)))
+            .map(|c| format!("(o.{0} IS DISTINCT FROM n.{0})", ident(c)))
             .collect();
         let which: Vec<String> = others
             .iter()

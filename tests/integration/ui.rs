@@ -284,6 +284,7 @@ async fn ui_rows_files_and_comparisons() {
         "{cmp}"
     );
     assert!(cmp.contains("img000.png"));
+    assert!(cmp.contains("<span id=\"changed\">0</span>"), "{cmp}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
