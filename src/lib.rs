@@ -114,6 +114,10 @@ pub struct TrainingDocDoctests;
 #[doc = include_str!("../docs/pipelines.md")]
 #[cfg(doctest)]
 pub struct PipelinesDocDoctests;
+/// The Rust examples of docs/ui.md, compiled as doctests.
+#[doc = include_str!("../docs/ui.md")]
+#[cfg(doctest)]
+pub struct UiDocDoctests;
 /// The Rust examples of docs/cluster.md, compiled as doctests.
 #[doc = include_str!("../docs/cluster.md")]
 #[cfg(doctest)]
