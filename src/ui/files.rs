@@ -7,7 +7,9 @@
 //!   at reduced size where the format allows, with a pixel limit checked
 //!   before any pixel buffer exists), at most one per file at a time
 //!   (single flight) and [`cores`](crate::runtime::cores) at once, on the
-//!   blocking pool; it is cached under `<root>/cache/ui-thumbs/` (written to
+//!   blocking pool; a page starts the thumbnails of its images all at once
+//!   ([`warm`], [`WARM_READS`] reads at a time) as it renders, so the
+//!   browser's requests find them made or join them; it is cached under `<root>/cache/ui-thumbs/` (written to
 //!   a temp file, then renamed) and served with a strong `ETag` derived from
 //!   the file's identity (source, path, size, version, etag, last modified),
 //!   so `If-None-Match` gets a 304 without reading anything;
@@ -44,6 +46,8 @@ use crate::util::single_flight::SingleFlight;
 const MAX_THUMB_PIXELS: u64 = 64 << 20;
 /// Files larger than this are not read for a thumbnail.
 const MAX_THUMB_SOURCE: u64 = 256 << 20;
+/// Files read at once for thumbnails.
+const WARM_READS: usize = 16;
 /// Files larger than this are not served whole.
 const MAX_SERVED: u64 = 1 << 30;
 
@@ -98,6 +102,10 @@ pub(super) struct Files {
     dir: PathBuf,
     flights: SingleFlight,
     decoding: tokio::sync::Semaphore,
+    /// Reads of files for thumbnails at once.
+    reading: tokio::sync::Semaphore,
+    /// Thumbnails being made ahead of the browser's requests.
+    warming: std::sync::Mutex<tokio::task::JoinSet<()>>,
 }
 
 impl Files {
@@ -111,6 +119,8 @@ impl Files {
             dir: dir.to_path_buf(),
             flights: SingleFlight::default(),
             decoding: tokio::sync::Semaphore::new(crate::runtime::cores()),
+            reading: tokio::sync::Semaphore::new(WARM_READS),
+            warming: std::sync::Mutex::new(tokio::task::JoinSet::new()),
         })
     }
 
@@ -262,10 +272,13 @@ async fn make_thumb(
             if file.size > MAX_THUMB_SOURCE {
                 return Err(format!("{} bytes: too large for a thumbnail", file.size));
             }
-            let bytes = source(state)
-                .read(file)
-                .await
-                .map_err(|e: UdfError| e.to_string())?;
+            let bytes = {
+                let _reading = files.reading.acquire().await.map_err(|e| e.to_string())?;
+                source(state)
+                    .read(file)
+                    .await
+                    .map_err(|e: UdfError| e.to_string())?
+            };
             let _turn = files.decoding.acquire().await.map_err(|e| e.to_string())?;
             let jpeg = blocking(move || {
                 let options = DecodeOptions {
@@ -294,6 +307,30 @@ async fn make_thumb(
             Ok(Bytes::from(jpeg))
         })
         .await
+}
+
+/// Starts making the thumbnails of the image files among `files` that are
+/// not cached yet, all at once (reads and decodes bounded as above), so
+/// that they are ready or under way when the page's `<img>` requests come:
+/// a request joins the one being made (single flight). The tasks are held
+/// by the server's state (no detached task); each ends once its thumbnail
+/// is made or has failed.
+pub(super) fn warm(state: &Arc<AppState>, files: Vec<File>) {
+    let mut set = crate::util::lock::lock(&state.files.warming);
+    while set.try_join_next().is_some() {}
+    for file in files {
+        if kind(&file).0 != Kind::Image {
+            continue;
+        }
+        let key = thumb_key(&file);
+        if state.files.dir.join(format!("{key}.jpg")).exists() {
+            continue;
+        }
+        let state = Arc::clone(state);
+        set.spawn(async move {
+            let _ = make_thumb(&state, &file, &key).await;
+        });
+    }
 }
 
 /// The first `max` bytes of a text file, as text (lossy), or why not.

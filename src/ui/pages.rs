@@ -26,7 +26,7 @@ use futures::StreamExt;
 
 use super::PAGE_ROWS;
 use super::auth::Auth;
-use super::files::{Files, Kind, kind, snippet};
+use super::files::{Files, Kind, kind, snippet, warm};
 use super::render::{Cells, cell, esc, files_of, human_bytes, params, time_secs, url_encode};
 use super::safety::{self, Refused, check_query, check_where, ident, literal};
 use crate::dataset::{Catalog, DatasetInfo};
@@ -310,11 +310,14 @@ async fn fetch(
 }
 
 /// First lines of the text files of `batch`, read in parallel.
-async fn snippets(state: &AppState, batch: &RecordBatch, max: u64) -> HashMap<String, String> {
-    let texts: Vec<_> = files_of(batch)
+async fn snippets(state: &Arc<AppState>, batch: &RecordBatch, max: u64) -> HashMap<String, String> {
+    let files = files_of(batch);
+    warm(state, files.clone());
+    let texts: Vec<_> = files
         .into_iter()
         .filter(|f| kind(f).0 == Kind::Text)
         .collect();
+    let state: &AppState = state;
     futures::stream::iter(texts)
         .map(|f| async move {
             let s = snippet(state, &f, max).await;
@@ -580,7 +583,7 @@ pub(super) async fn version(
 
 /// The full page of one row: every column whole, file metadata, neighbours.
 async fn row_page(
-    state: &AppState,
+    state: &Arc<AppState>,
     title: &str,
     sql: &str,
     index: usize,

@@ -292,6 +292,28 @@ async fn ui_thumbnails_have_etags_and_hostile_images_get_an_error_tile() {
     let fx = fixture().await;
     let ui = serve(fx.root.path(), None).await;
     let (_, html) = get(ui.addr, "/d/imgs/1?sort=name&desc=1").await;
+    // The page started its thumbnails itself, all at once: the 47 good
+    // images on it (not the text file, not the hostile ones) get cached
+    // before any <img> is requested.
+    let thumbs_dir = fx.root.path().join("cache/ui-thumbs");
+    let cached = || {
+        std::fs::read_dir(&thumbs_dir)
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.file_name().to_string_lossy().ends_with(".jpg"))
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while cached() < 47 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        cached(),
+        47,
+        "thumbnails made ahead of the browser's requests"
+    );
     let c = client();
     let url = |src: &str| format!("http://{}{src}", ui.addr);
 
