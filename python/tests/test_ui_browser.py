@@ -122,6 +122,7 @@ def test_ui_in_a_browser(ui_server, tmp_path):
         assert all(w > 0 for w in thumbs_loaded(page))
         page.click("a.prev >> nth=0")
         assert page.locator("#rows tr.row").count() == 50
+        assert all(w > 0 for w in thumbs_loaded(page))
 
         # A WHERE filter; its count arrives after the page.
         page.fill("#where", "name LIKE 'img01%'")
@@ -129,6 +130,7 @@ def test_ui_in_a_browser(ui_server, tmp_path):
         assert page.locator("#rows tr.row").count() == 10
         page.wait_for_selector("#count[data-done='1']")
         assert page.locator("#count").inner_text() == "10"
+        assert all(w > 0 for w in thumbs_loaded(page))
         page.screenshot(path=os.path.join(shots, "filtered.png"))
 
         # A row: the full image and the file's metadata.
@@ -153,6 +155,9 @@ def test_ui_in_a_browser(ui_server, tmp_path):
         page.screenshot(path=os.path.join(shots, "query.png"))
         page.goto(base + link)
         assert page.locator("#rows tr.row").count() == 7
+        # (its count is fetched after the page: let it finish before leaving)
+        page.wait_for_selector("#count[data-done='1']")
+        assert page.locator("#count").inner_text() == "7"
 
         # A refused statement shows why and runs nothing.
         page.goto(base + "/query")
@@ -174,6 +179,7 @@ def test_ui_in_a_browser(ui_server, tmp_path):
         assert page.locator("#added").inner_text() == "0"
         assert page.locator("#removed").inner_text() == "1"
         assert page.locator("#changed").inner_text() == "10"
+        assert all(w > 0 for w in thumbs_loaded(page))
         page.screenshot(path=os.path.join(shots, "compare.png"))
         browser.close()
     assert failed == [], failed
