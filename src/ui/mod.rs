@@ -156,7 +156,7 @@ impl BoundUi {
     /// The URL to open: `http://ADDR/`, with `?token=...` when one is needed.
     pub fn url(&self) -> String {
         match &self.token {
-            Some(t) => format!("http://{}/?token={}", self.local, render::url_encode(t)),
+            Some(t) => format!("http://{}/?token={}", self.local, render::url_encode_raw(t)),
             None => format!("http://{}/", self.local),
         }
     }

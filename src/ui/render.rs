@@ -1,6 +1,6 @@
 //! Values as HTML. Guarantees: every text from data, the catalog or an error
-//! is HTML-escaped ([`esc`]) after credentials are redacted
-//! ([`crate::util::redact`]); a `File` column shows a thumbnail (images), the
+//! is HTML-escaped ([`esc`]) and every link's query value percent-encoded
+//! ([`url_encode`]) after credentials are redacted ([`crate::util::redact`]); a `File` column shows a thumbnail (images), the
 //! first lines (text), a player (audio, video) or its size and path; an
 //! image value (the engine's image struct) shows inline as a small JPEG
 //! `data:` URI; a struct folds into `<details>`; a value longer than
@@ -38,8 +38,15 @@ pub(super) fn esc(text: &str) -> String {
     out
 }
 
-/// `text` percent-encoded for a query string value.
+/// `text` redacted and percent-encoded for a query string value on a page
+/// (a link holding a credential carries `***` instead: it shows no secret,
+/// and reproduces nothing that needed one).
 pub(super) fn url_encode(text: &str) -> String {
+    url::form_urlencoded::byte_serialize(redact(text).as_bytes()).collect()
+}
+
+/// `text` percent-encoded as it is (the URL `udfchain ui` prints).
+pub(super) fn url_encode_raw(text: &str) -> String {
     url::form_urlencoded::byte_serialize(text.as_bytes()).collect()
 }
 

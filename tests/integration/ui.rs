@@ -683,3 +683,48 @@ async fn ui_first_page_of_ten_million_rows_is_quick() {
         "stored order"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ui_pages_never_show_a_credential() {
+    let root = tempfile::tempdir().expect("root");
+    let secret = "ui-test-secret-8f3a91c2";
+    let settings = Settings::new()
+        .root(root.path())
+        .set("storage.secret_access_key", secret)
+        .expect("setting");
+    let r = udfchain::ScriptRunner::new(Session::with_settings(settings.clone()));
+    r.run(&format!(
+        "CREATE DATASET leak AS SELECT 'key={secret}' AS v, 's3://user:{secret}@host/x' AS url"
+    ))
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    let bound = UiServer::new(Session::with_settings(settings))
+        .bind("127.0.0.1:0")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let addr = bound.local_addr();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(bound.run_until(async move {
+        let _ = stopped.await;
+    }));
+    for path in [
+        "/".to_string(),
+        "/d/leak/1".into(),
+        "/d/leak/1/row/0".into(),
+        format!(
+            "/query?q={}",
+            enc(&format!(
+                "SELECT v, url, '{secret}' AS s FROM read_dataset('leak')"
+            ))
+        ),
+        format!(
+            "/query?q={}",
+            enc(&format!("SELECT * FROM read_dataset('{secret}')"))
+        ),
+    ] {
+        let (_, html) = get(addr, &path).await;
+        assert!(!html.contains(secret), "{path}: {html}");
+        assert!(path == "/" || html.contains("***"), "{path}: {html}");
+    }
+    drop(stop);
+}
