@@ -18,8 +18,8 @@
 //!   in `X-Udfchain-Thumb-Error`), never a crash;
 //! - `/file` serves bytes with a type from a fixed list of inert types
 //!   (images but SVG, audio, video, plain text); anything else is an
-//!   `application/octet-stream` attachment, so no stored HTML or SVG runs
-//!   as a page of this origin.
+//!   `application/octet-stream` attachment, with `nosniff` and a sandboxing
+//!   CSP, so no stored HTML or SVG runs as a page of this origin.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, LazyLock};
@@ -380,6 +380,8 @@ pub(super) async fn file(
                     (header::CONTENT_DISPOSITION, disposition.to_string()),
                     (header::ETAG, etag),
                     (header::CACHE_CONTROL, "private, no-cache".to_string()),
+                    (header::X_CONTENT_TYPE_OPTIONS, "nosniff".to_string()),
+                    (header::CONTENT_SECURITY_POLICY, "sandbox".to_string()),
                 ],
                 bytes,
             )

@@ -1,8 +1,10 @@
 //! The pages: datasets, a version (rows page by page, sorted, filtered), a
 //! row, two versions compared, the query box, and the counts the pages ask
-//! for afterwards. Guarantees: a page of rows runs one planned query with
-//! `LIMIT`/`OFFSET` handed to DataFusion (a version's first page reads its
-//! first rows, not the whole version; a version's count comes from the
+//! for afterwards. Guarantees: a page of a version in stored order reads
+//! only the row groups and pages holding its rows from the version's
+//! Parquet file (`stored_rows`); any other page of rows runs one planned
+//! query with `LIMIT`/`OFFSET` handed to DataFusion (its first page reads
+//! its first rows, not the whole version; a version's count comes from the
 //! catalog, a filtered or queried count from `/count`, fetched by the page
 //! after it shows); rows are read with one partition per file so that
 //! pages and row numbers follow the stored order; every page says how long
@@ -309,6 +311,57 @@ async fn fetch(
     Ok((schema, batch))
 }
 
+/// Rows `skip..skip + fetch` of a version in stored order, read straight from
+/// its Parquet file: only the row groups holding them are read, and within
+/// them only the pages the row selection needs (with the page index), so a
+/// deep page costs about what the first does.
+fn stored_rows(
+    path: &std::path::Path,
+    skip: usize,
+    fetch: usize,
+) -> crate::error::Result<RecordBatch> {
+    use datafusion::parquet::arrow::arrow_reader::{
+        ArrowReaderOptions, ParquetRecordBatchReaderBuilder, RowSelection, RowSelector,
+    };
+    use datafusion::parquet::file::metadata::PageIndexPolicy;
+    let fail = |e: &dyn std::fmt::Display| {
+        crate::error::Error::Dataset(format!("{}: {e}", path.display()))
+    };
+    let file = std::fs::File::open(path).map_err(|e| crate::error::Error::io(path.display(), e))?;
+    let builder = ParquetRecordBatchReaderBuilder::try_new_with_options(
+        file,
+        ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional),
+    )
+    .map_err(|e| fail(&e))?;
+    let schema = builder.schema().clone();
+    let (mut groups, mut start, mut first, mut held) = (Vec::new(), 0usize, None, 0usize);
+    for (i, rg) in builder.metadata().row_groups().iter().enumerate() {
+        let n = usize::try_from(rg.num_rows()).unwrap_or(0);
+        if start + n > skip && start < skip.saturating_add(fetch) {
+            groups.push(i);
+            first.get_or_insert(start);
+            held += n;
+        }
+        start += n;
+    }
+    let Some(first) = first else {
+        return Ok(RecordBatch::new_empty(schema));
+    };
+    let lead = skip - first;
+    let take = fetch.min(held - lead);
+    let selection = RowSelection::from(vec![RowSelector::skip(lead), RowSelector::select(take)]);
+    let reader = builder
+        .with_row_groups(groups)
+        .with_row_selection(selection)
+        .with_batch_size(take.max(1))
+        .build()
+        .map_err(|e| fail(&e))?;
+    let batches = reader
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| fail(&e))?;
+    concat_batches(&schema, &batches).map_err(|e| fail(&e))
+}
+
 /// First lines of the text files of `batch`, read in parallel.
 async fn snippets(state: &Arc<AppState>, batch: &RecordBatch, max: u64) -> HashMap<String, String> {
     let files = files_of(batch);
@@ -516,8 +569,19 @@ pub(super) async fn version(
             );
         }
     };
-    let (_, batch) = match fetch(&state, &sql, skip, PAGE_ROWS + 1).await {
-        Ok(r) => r,
+    // Unfiltered and unsorted: straight from the stored file; else planned.
+    let read = if view.filter.is_none() && view.sort.is_none() {
+        let data = info.path.join("data.parquet");
+        crate::runtime::blocking(move || stored_rows(&data, skip, PAGE_ROWS + 1))
+            .await
+            .map_err(|e| Refused(e.to_string()))
+    } else {
+        fetch(&state, &sql, skip, PAGE_ROWS + 1)
+            .await
+            .map(|(_, b)| b)
+    };
+    let batch = match read {
+        Ok(b) => b,
         Err(e) => {
             return error_page(
                 StatusCode::BAD_REQUEST,

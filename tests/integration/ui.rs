@@ -2,7 +2,8 @@
 //! real image files, asked over HTTP: pages, pagination, sorting, the WHERE
 //! filter, rows, comparing versions, the query box and its refusals, tokens,
 //! paths that try to leave the root, thumbnails (ETag / 304, error tiles for
-//! hostile images), and the first page of a 10-million-row version.
+//! hostile images), and the first and deepest pages of a 10-million-row
+//! version.
 
 use std::io::{Read, Write};
 use std::net::SocketAddr;
@@ -677,6 +678,33 @@ async fn ui_first_page_of_ten_million_rows_is_quick() {
     eprintln!("10M rows saved in {saved:?}; first pages (server ms, client): {times:?}");
     let first = times[0].1;
     assert!(first < 1000.0, "first page took {first} ms of server time");
+    // Deep pages read only the row groups and pages holding their rows.
+    let mut deep = Vec::new();
+    for page in [100_000, 200_000] {
+        let resp = c
+            .get(format!("http://{}/d/big/1?page={page}", ui.addr))
+            .send()
+            .await
+            .expect("page");
+        let timing = resp.headers()["server-timing"]
+            .to_str()
+            .expect("timing")
+            .to_string();
+        let html = resp.text().await.expect("body");
+        assert_eq!(row_count(&html), 50);
+        let last = page * 50;
+        assert!(
+            html.contains(&format!("row-{}<", last - 49)) && html.contains(&format!("row-{last}<")),
+            "page {page} holds rows {}..={last}",
+            last - 49
+        );
+        let ms: f64 = timing.trim_start_matches("page;dur=").parse().expect("ms");
+        deep.push((page, ms));
+    }
+    eprintln!("deep pages (server ms): {deep:?}");
+    for (page, ms) in deep {
+        assert!(ms < 1000.0, "page {page} took {ms} ms of server time");
+    }
     let (_, page2) = get(ui.addr, "/d/big/1?page=2").await;
     assert!(
         page2.contains("row-51<") && page2.contains("row-100<"),
@@ -727,4 +755,84 @@ async fn ui_pages_never_show_a_credential() {
         assert!(path == "/" || html.contains("***"), "{path}: {html}");
     }
     drop(stop);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ui_files_show_by_kind_and_are_served_inert() {
+    let root = tempfile::tempdir().expect("root");
+    let files = tempfile::tempdir().expect("files");
+    let put =
+        |name: &str, bytes: &[u8]| std::fs::write(files.path().join(name), bytes).expect("write");
+    put("a.wav", b"RIFF....WAVEfmt ");
+    put("b.mp4", b"\0\0\0\x18ftypmp42");
+    put("c.txt", b"line one\nline two\nline three\nline four\n");
+    put("d.bin", &[7u8; 1234]);
+    put("e.html", b"<script>alert(1)</script>");
+    put(
+        "f.svg",
+        b"<svg xmlns='http://www.w3.org/2000/svg'><script>alert(1)</script></svg>",
+    );
+    let long = "x".repeat(500);
+    let r = runner(root.path());
+    r.run(&format!(
+        "CREATE DATASET kinds AS SELECT file, named_struct('a', 1, 'b', named_struct('c', 'deep')) AS nested, \
+         '{long}' AS long FROM read_storage('{}')",
+        files.path().display()
+    ))
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    let ui = serve(root.path(), None).await;
+    let (status, html) = get(ui.addr, "/d/kinds/1").await;
+    assert_eq!(status, 200, "{html}");
+    assert_eq!(html.matches("<audio controls").count(), 1, "{html}");
+    assert_eq!(html.matches("<video controls").count(), 1);
+    assert!(
+        html.contains("<pre class=\"snippet\">line one\nline two\nline three</pre>"),
+        "first lines"
+    );
+    assert!(
+        html.contains("d.bin <span class=\"size\">1.2 kB</span>"),
+        "others: path and size"
+    );
+    assert!(
+        html.contains("<details><summary>{2 fields}</summary>"),
+        "structs fold"
+    );
+    assert!(html.contains("<dt>c</dt><dd><span class=\"v\">deep</span></dd>"));
+    assert!(html.contains("show all 500 characters"), "long values cut");
+    assert!(
+        !html.contains(&long[..200]) || html.contains("<pre>xxxx"),
+        "cut, whole behind details"
+    );
+    assert!(!html.contains("<script>alert"), "escaped");
+    // Stored HTML and SVG are downloads, never pages of this origin.
+    let (_, row) = get(ui.addr, "/d/kinds/1/row/4").await;
+    assert!(row.contains("e.html"), "{row}");
+    let href = row
+        .split("href=\"")
+        .find(|h| h.starts_with("/file?"))
+        .and_then(|h| h.split('"').next())
+        .expect("file link")
+        .replace("&amp;", "&");
+    let resp = client()
+        .get(format!("http://{}{href}", ui.addr))
+        .send()
+        .await
+        .expect("file");
+    assert_eq!(resp.headers()["content-type"], "text/plain; charset=utf-8");
+    assert_eq!(resp.headers()["x-content-type-options"], "nosniff");
+    let (_, row) = get(ui.addr, "/d/kinds/1/row/5").await;
+    let href = row
+        .split("href=\"")
+        .find(|h| h.starts_with("/file?"))
+        .and_then(|h| h.split('"').next())
+        .expect("file link")
+        .replace("&amp;", "&");
+    let resp = client()
+        .get(format!("http://{}{href}", ui.addr))
+        .send()
+        .await
+        .expect("file");
+    assert_eq!(resp.headers()["content-type"], "application/octet-stream");
+    assert_eq!(resp.headers()["content-disposition"], "attachment");
 }
