@@ -646,16 +646,17 @@ pub(super) async fn version(
 }
 
 /// The full page of one row: every column whole, file metadata, neighbours.
+/// `rows` holds row `index` and, when there is one, the next.
 async fn row_page(
     state: &Arc<AppState>,
     title: &str,
-    sql: &str,
+    rows: Result<RecordBatch, Refused>,
     index: usize,
     href: impl Fn(usize) -> String,
     back: &str,
     started: Instant,
 ) -> Response {
-    let (_, batch) = match fetch(state, sql, index, 2).await {
+    let batch = match rows {
         Ok(r) => r,
         Err(e) => return error_page(StatusCode::BAD_REQUEST, title, &e.to_string(), "", started),
     };
@@ -729,10 +730,24 @@ pub(super) async fn version_row(
         "<p><a class=\"back\" href=\"{base}?page={}{vq}\">back to the rows</a></p>",
         index / PAGE_ROWS + 1
     );
+    // In stored order: straight from the stored file, as the version's pages.
+    let rows = if view.filter.is_none() && view.sort.is_none() {
+        match state.catalog.get_async(&name, Some(version)).await {
+            Ok(info) => {
+                let data = info.path.join("data.parquet");
+                crate::runtime::blocking(move || stored_rows(&data, index, 2))
+                    .await
+                    .map_err(|e| Refused(e.to_string()))
+            }
+            Err(e) => Err(Refused(e.to_string())),
+        }
+    } else {
+        fetch(&state, &sql, index, 2).await.map(|(_, b)| b)
+    };
     row_page(
         &state,
         &title,
-        &sql,
+        rows,
         index,
         |i| format!("{base}/row/{i}?x=1{vq}"),
         &back,
@@ -825,10 +840,11 @@ pub(super) async fn query_row(
         "<p><a class=\"back\" href=\"/query?q={q}&amp;page={}\">back to the result</a></p>",
         index / PAGE_ROWS + 1
     );
+    let rows = fetch(&state, &sql, index, 2).await.map(|(_, b)| b);
     row_page(
         &state,
         &format!("Query result · row {index}"),
-        &sql,
+        rows,
         index,
         |i| format!("/query/row?q={q}&amp;i={i}"),
         &back,
