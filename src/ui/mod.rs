@@ -87,7 +87,10 @@ impl UiServer {
         self
     }
 
-    /// Listens on `addr` (`host:port`, port 0 for a free one).
+    /// Listens on `addr` (`host:port`, port 0 for a free one). The session
+    /// then reads each file in one partition
+    /// (`datafusion.optimizer.repartition_file_scans = false`), so pages and
+    /// row numbers follow the stored order: give the browser its own session.
     pub async fn bind(self, addr: &str) -> Result<BoundUi> {
         let listener = TcpListener::bind(addr)
             .await
