@@ -4,14 +4,16 @@
 # the build reuses $CARGO_TARGET_DIR (default ~/.cache/udfchain-target, as
 # .ci/run), so after `cargo test --workspace` it compiles only the bindings.
 # Exit status: pytest's, except that "no tests ran" (5) is a failure.
-# The model and image tests use Pillow, numpy, onnx and onnxruntime (CPU) from PyPI.
+# The model and image tests use Pillow, numpy, onnx and onnxruntime (CPU) from PyPI;
+# the browser test (test_ui_browser.py) the `playwright` package, driving the
+# system Chromium (`apt-get install chromium`; no browser is downloaded).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/udfchain-target}"
 venv="${UDFCHAIN_VENV:-$HOME/.cache/udfchain-venv}"
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 "$venv/bin/pip" install -q --disable-pip-version-check maturin pytest pyarrow pandas "moto[server]" \
-    pillow numpy onnx onnxruntime
+    pillow numpy onnx onnxruntime playwright
 export VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH"
 maturin develop -q -m python/Cargo.toml
 status=0

@@ -29,7 +29,7 @@
 //!   [`FileSource`], and [`Error`] / [`Result`];
 //! - the feature modules, each holding its own types: [`loader`] (training
 //!   loader), [`serve`] (Arrow Flight), [`pipeline`] (triggers, selection,
-//!   training sets), [`cluster`] (Ballista);
+//!   training sets), [`cluster`] (Ballista), [`ui`] (the dataset browser);
 //! - [`udfs`], the UDF contract crate (`udfchain-udfs`), and [`datafusion`].
 //!
 //! Everything else (`runtime`, `util`, `cache`, `plan`, `storage`, `session`,
@@ -70,6 +70,7 @@ pub(crate) mod settings;
 pub(crate) mod storage;
 #[doc(hidden)]
 pub mod testing;
+pub mod ui;
 pub(crate) mod util;
 
 pub use cache::{CacheUsage, SharedCache};
@@ -115,6 +116,10 @@ pub struct TrainingDocDoctests;
 #[doc = include_str!("../docs/pipelines.md")]
 #[cfg(doctest)]
 pub struct PipelinesDocDoctests;
+/// The Rust examples of docs/ui.md, compiled as doctests.
+#[doc = include_str!("../docs/ui.md")]
+#[cfg(doctest)]
+pub struct UiDocDoctests;
 /// The Rust examples of docs/cluster.md, compiled as doctests.
 #[doc = include_str!("../docs/cluster.md")]
 #[cfg(doctest)]

@@ -5,7 +5,8 @@
 //! exit), `arrow` (Arrow across the boundary as IPC) and `values` (as Python
 //! lists, for plain types), `error`; `file` and `udf`
 //! (Python functions as engine UDFs, reading through the engine's file
-//! source); `expr`, `chain`, `sql` and `loader` (what Python builds and runs).
+//! source); `expr`, `chain`, `sql` and `loader` (what Python builds and runs);
+//! `thumb` (native thumbnails for notebook display).
 //! Everything here uses the engine's public API only.
 
 mod arrow;
@@ -17,6 +18,7 @@ mod file;
 mod loader;
 mod runtime;
 mod sql;
+mod thumb;
 mod udf;
 mod values;
 
@@ -45,5 +47,6 @@ fn _internal(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(sql::register, m)?)?;
     m.add_function(wrap_pyfunction!(sql::function, m)?)?;
     m.add_function(wrap_pyfunction!(calls::shutdown, m)?)?;
+    m.add_function(wrap_pyfunction!(thumb::image_thumbnail_jpeg, m)?)?;
     Ok(())
 }

@@ -513,6 +513,13 @@ class Chain:
     def show(self, limit: int = 20) -> None:
         print(self._c.to_table_string(limit))
 
+    def _repr_html_(self) -> str:
+        """Jupyter's display: the first 20 rows as an HTML table, image files
+        as inline thumbnails (see `udfchain._html`)."""
+        from ._html import chain_html
+
+        return chain_html(self)
+
     def explain(self, analyze: bool = False) -> str:
         return self._c.explain(analyze)
 

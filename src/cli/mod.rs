@@ -1,7 +1,7 @@
 //! The `udfchain` command line, compiled into the binary only: the clap
 //! types of every command and their dispatch. One file per command group
 //! (`script` run/query/explain, `storage` ls/du, `datasets`, `export`, `pipeline`,
-//! `cluster`, `serve`, `cache`); everything written to standard output goes
+//! `cluster`, `serve`, `cache`, `ui`); everything written to standard output goes
 //! through `print`. It uses the library's public API (and its
 //! `#[doc(hidden)]` testing module for what only the CLI needs); nothing in
 //! the library imports it.
@@ -15,6 +15,7 @@ pub mod print;
 mod script;
 mod serve;
 mod storage;
+mod ui;
 
 use std::path::{Path, PathBuf};
 
@@ -175,6 +176,14 @@ Clients call get_flight_info with a JSON command, e.g.
   {\"dataset\": \"images\", \"partition_rows\": 1000, \"shuffle\": true, \"seed\": 7, \"epoch\": 0}
 and read its endpoints in order (examples/python/loader.py). SIGINT/SIGTERM stop it.")]
     Serve(serve::ServeArgs),
+    /// Browse the datasets in a web browser (read-only; see docs/ui.md).
+    #[command(after_help = "\
+Examples:
+  udfchain ui                                   http://127.0.0.1:8765/ (printed)
+  udfchain --root /data/udfchain ui --bind 127.0.0.1:0
+  udfchain ui --bind 0.0.0.0:8765 --token SECRET  another address needs a token
+  udfchain ui --allow ./data                    queries may also read ./data")]
+    Ui(ui::UiArgs),
     /// The shared cache.
     #[command(after_help = "\
 Examples:
@@ -266,6 +275,7 @@ pub async fn run(cli: Cli) -> udfchain::Result<()> {
         }
         Command::Cluster { command } => cluster::run(command, &settings).await,
         Command::Serve(args) => serve::run(args, session).await,
+        Command::Ui(args) => ui::run(args, session).await,
         Command::Cache { command } => cache::run(command, &settings),
     }
 }

@@ -24,6 +24,8 @@ const LAYERS: &[&[&str]] = &[
     &["serve"],
     &["pipeline"],
     &["cluster"],
+    // The dataset browser (`udfchain ui`).
+    &["ui"],
     // Internals for the binary, tests, benches and Python (`#[doc(hidden)]`).
     &["testing"],
     // The binary's command line (declared by main.rs, never by lib.rs).

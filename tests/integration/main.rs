@@ -35,5 +35,6 @@ mod sql_udfs;
 mod storage_faults;
 mod tar_archives;
 mod udf_kinds;
+mod ui;
 mod url_files;
 mod verbs;
