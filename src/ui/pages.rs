@@ -31,7 +31,7 @@ use super::auth::Auth;
 use super::files::{Files, Kind, kind, snippet, warm};
 use super::render::{Cells, cell, esc, files_of, human_bytes, params, time_secs, url_encode};
 use super::safety::{self, Refused, check_query, check_where, ident, literal};
-use crate::dataset::{Catalog, DatasetInfo};
+use crate::dataset::{Catalog, DatasetInfo, LineageEntry};
 use crate::script::ScriptRunner;
 use crate::session::Session;
 
@@ -168,7 +168,7 @@ pub(super) async fn datasets(State(state): State<Arc<AppState>>) -> Response {
     }
     body.push_str(
         "<table class=\"list\" id=\"datasets\"><thead><tr><th>name</th><th>versions</th>\
-         <th>rows</th><th>bytes</th><th>created</th><th></th></tr></thead><tbody>",
+         <th>rows</th><th>bytes</th><th>created</th><th>read from</th><th></th></tr></thead><tbody>",
     );
     for (name, versions) in &by_name {
         let Some(latest) = versions.last() else {
@@ -198,10 +198,12 @@ pub(super) async fn datasets(State(state): State<Arc<AppState>>) -> Response {
         } else {
             String::new()
         };
+        let sources = lineage_html(&state.catalog, name, latest.version).await;
         let _ = write!(
             body,
             "<tr class=\"dataset\"><td><a class=\"name\" href=\"/d/{}/{}\">{}</a></td><td>{}</td>\
-             <td class=\"num\">{}</td><td class=\"num\" title=\"{} bytes\">{}</td><td>{}</td><td>{compare}</td></tr>",
+             <td class=\"num\">{}</td><td class=\"num\" title=\"{} bytes\">{}</td><td>{}</td>\
+             <td class=\"lineage\">{sources}</td><td>{compare}</td></tr>",
             url_encode(name),
             latest.version,
             esc(name),
@@ -505,6 +507,13 @@ pub(super) async fn version(
             .collect::<Vec<_>>()
             .join(" ")
     );
+    let sources = lineage_html(&state.catalog, &name, version).await;
+    if !sources.is_empty() {
+        let _ = write!(
+            body,
+            "<p class=\"lineage\" id=\"lineage\">read from {sources}</p>"
+        );
+    }
     body.push_str(
         "<details class=\"schema\"><summary>Schema</summary><table class=\"kv\" id=\"schema\">",
     );
@@ -1091,4 +1100,26 @@ pub(super) async fn compare(
         }
     }
     page(StatusCode::OK, &title, &body, started)
+}
+
+/// What version `version` of `name` read (its lineage, recorded at save
+/// time): storage URIs as text, dataset versions as links; empty for a
+/// version saved before lineage was recorded.
+async fn lineage_html(catalog: &Catalog, name: &str, version: u32) -> String {
+    let entries = catalog
+        .lineage_async(name, Some(version))
+        .await
+        .unwrap_or_default();
+    entries
+        .iter()
+        .map(|e| match e {
+            LineageEntry::Storage { uri } => format!("<code class=\"source\">{}</code>", esc(uri)),
+            LineageEntry::Dataset { name, version } => format!(
+                "<a class=\"source\" href=\"/d/{}/{version}\">{} v{version}</a>",
+                url_encode(name),
+                esc(name)
+            ),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }

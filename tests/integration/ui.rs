@@ -242,6 +242,20 @@ async fn ui_pages_paginate_sort_and_filter() {
 async fn ui_rows_files_and_comparisons() {
     let fx = fixture().await;
     let ui = serve(fx.root.path(), None).await;
+    // Where each version came from: the listing it read, on the datasets
+    // page and on the version's page.
+    let dir = fx.images.path().display().to_string();
+    let (_, list) = get(ui.addr, "/").await;
+    assert!(
+        list.contains("<td class=\"lineage\"><code class=\"source\">") && list.contains(&dir),
+        "the datasets page names what imgs read: {list}"
+    );
+    let (_, version) = get(ui.addr, "/d/imgs/2").await;
+    assert!(
+        version.contains("<p class=\"lineage\" id=\"lineage\">read from <code class=\"source\">")
+            && version.contains(&dir),
+        "{version}"
+    );
     let (status, row) = get(ui.addr, "/d/imgs/1/row/1").await;
     assert_eq!(status, 200, "{row}");
     assert!(row.contains(">Previous row</a>") && row.contains(">Next row</a>"));
