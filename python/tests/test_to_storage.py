@@ -33,6 +33,10 @@ def test_placements_write_every_file_byte_for_byte(files, tmp_path):
     assert tree(tmp_path / "full") == want
     chain.to_storage(str(tmp_path / "name"), placement="filename")
     assert tree(tmp_path / "name") == want
+    # DataChain 0.62's other parameters are taken: filepath (local files as
+    # fullpath), num_threads, anon and client_config.
+    chain.to_storage(str(tmp_path / "path"), placement="filepath", num_threads=2, anon=False, client_config={})
+    assert tree(tmp_path / "path") == want
     chain.to_storage(str(tmp_path / "sum"), signal="file", placement="checksum")
     assert tree(tmp_path / "sum") == {hashlib.sha256(b).hexdigest() + ".bin": b for b in want.values()}
     chain.to_storage(str(tmp_path / "etag"), placement="etag")

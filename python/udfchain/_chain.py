@@ -544,15 +544,29 @@ class Chain:
         signal: str = "file",
         placement: str = "fullpath",
         link_type: str = "copy",
+        num_threads: int | None = None,
+        anon: bool | None = None,
+        client_config: dict | None = None,
     ) -> None:
         """Writes every file of the File column `signal` below `output` (a
         local dir or a store URI), as DataChain's `to_storage`: `placement`
-        "fullpath" | "filename" | "etag" | "checksum", `link_type` "copy" |
-        "symlink" (local files into a local dir). Files appear complete or
-        not at all; two files with one name are an error naming both; a
-        rerun skips files already there with their size. Returns None (as
+        "fullpath" | "filepath" | "filename" | "etag" | "checksum",
+        `link_type` "copy" | "symlink" (local files into a local dir). Files
+        appear complete or not at all; two files with one name are an error
+        naming both; a rerun skips files already there with their size.
+        `num_threads` bounds the files written at once (the chain's
+        `parallel`); `anon=True` reads without credentials; `client_config`
+        is taken as `settings(storage=...)` options. Returns None (as
         DataChain); the counts go to the `udfchain` logger at INFO."""
-        written, skipped = self._c.to_storage(output, signal, placement, link_type)
+        c = self
+        if num_threads is not None:
+            c = c.settings(parallel=int(num_threads))
+        storage = dict(client_config or {})
+        if anon:
+            storage["skip_signature"] = True
+        if storage:
+            c = c.settings(storage=storage)
+        written, skipped = c._c.to_storage(output, signal, placement, link_type)
         logging.getLogger("udfchain").info(
             "to_storage %s: %d file(s) written, %d skipped (already there)", output, written, skipped
         )

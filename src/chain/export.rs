@@ -66,6 +66,9 @@ pub enum Placement {
     /// The file's path (stores: `host/prefix/path`).
     #[default]
     FullPath,
+    /// The file's path below its store (stores: `prefix/path`, the
+    /// bucket left out; local files as `FullPath`).
+    FilePath,
     /// The file's name only (a collision is an error).
     FileName,
     /// The file's ETag plus its extension.
@@ -79,11 +82,12 @@ impl FromStr for Placement {
     fn from_str(s: &str) -> Result<Self> {
         match s {
             "fullpath" => Ok(Self::FullPath),
+            "filepath" => Ok(Self::FilePath),
             "filename" => Ok(Self::FileName),
             "etag" => Ok(Self::Etag),
             "checksum" => Ok(Self::Checksum),
             other => Err(Error::plan(format!(
-                "unknown placement {other:?}: use \"fullpath\", \"filename\", \"etag\" or \"checksum\""
+                "unknown placement {other:?}: use \"fullpath\", \"filepath\", \"filename\", \"etag\" or \"checksum\""
             ))),
         }
     }
@@ -330,12 +334,15 @@ fn suffix(path: &str) -> String {
 fn destination(file: &File, placement: Placement) -> Result<Option<String>> {
     let path = file_path(file);
     let dest = match placement {
-        Placement::FullPath => {
+        Placement::FullPath | Placement::FilePath => {
             let loc = Location::of_source(&file.source)?;
             if loc.store_url.scheme() == "file" {
                 path
             } else {
-                let host = loc.store_url.host_str().unwrap_or_default();
+                let host = match placement {
+                    Placement::FullPath => loc.store_url.host_str().unwrap_or_default(),
+                    _ => "",
+                };
                 [host, loc.prefix.as_ref(), path.as_str()]
                     .iter()
                     .filter(|s| !s.is_empty())

@@ -45,9 +45,8 @@ use datafusion::logical_expr::{
     ScalarUDF, ScalarUDFImpl, Signature, Subquery, Volatility,
 };
 use datafusion::optimizer::AnalyzerRule;
-use udfchain_udfs::builtins::{
-    file_size, image_decode, image_size, image_thumbnail, line_count, md5, read_text, sha256,
-};
+use udfchain_udfs::builtins::image::decode_udf;
+use udfchain_udfs::builtins::{file_size, image_size, line_count, md5, read_text, sha256};
 use udfchain_udfs::{File, Mapper, UdfError, map_fn};
 
 use crate::plan::{Udf, UdfNode};
@@ -161,10 +160,10 @@ pub fn builtins() -> Vec<Builtin> {
         b("read_text", |p, o| map_fn(&[p], o, read_text), false),
         b("line_count", |p, o| map_fn(&[p], o, line_count), false),
         b("image_size", |p, o| map_fn(&[p], o, image_size), true),
-        b("image_decode", |p, o| map_fn(&[p], o, image_decode), false),
+        b("image_decode", |p, o| decode_udf(p, o, None), false),
         Builtin::sized(
             "image_thumbnail",
-            Arc::new(|p, o, side| map_fn(&[p], o, move |f: File| image_thumbnail(f, side))),
+            Arc::new(|p, o, side| decode_udf(p, o, Some(side))),
         ),
     ]
 }

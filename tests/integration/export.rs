@@ -195,6 +195,23 @@ async fn s3_to_local_and_local_to_s3_with_reruns_that_skip() {
         .map(|(k, v)| (format!("bucket/src/{k}"), v.clone()))
         .collect();
     assert_eq!(tree(out.path()), prefixed);
+    // filepath keeps the prefix and path, without the bucket.
+    let keyed = tempfile::tempdir().expect("out");
+    let done = chain
+        .to_storage(
+            text(keyed.path()),
+            "file",
+            Placement::FilePath,
+            LinkType::Copy,
+        )
+        .await
+        .expect("s3 -> local, filepath");
+    assert_eq!((done.written, done.skipped), (9, 0));
+    let unbucketed: BTreeMap<String, Vec<u8>> = want
+        .iter()
+        .map(|(k, v)| (format!("src/{k}"), v.clone()))
+        .collect();
+    assert_eq!(tree(keyed.path()), unbucketed);
     // A rerun downloads nothing; a file of another size is written again.
     let gets = s3.object_gets();
     let again = chain

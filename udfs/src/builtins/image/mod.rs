@@ -9,6 +9,7 @@
 //! operations), `tensor.rs` (many images to one fixed-shape tensor column). See docs/images.md.
 
 mod decode;
+mod decode_udf;
 mod functions;
 mod ops;
 mod size;
@@ -19,6 +20,7 @@ use datafusion::arrow::array::{Array, ArrayRef};
 use rayon::prelude::*;
 
 pub use decode::{DecodeOptions, ImageError, MAX_IMAGE_PIXELS, decode};
+pub use decode_udf::decode_udf;
 pub use functions::{center_crop_expr, convert_expr, functions, resize_expr, resize_to_fit_expr};
 pub use ops::{
     Filter, Format, MAX_SIDE, center_crop, convert, crop, encode, fit_size, resize, resize_to_fit,
