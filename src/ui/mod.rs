@@ -185,28 +185,7 @@ impl BoundUi {
 
     /// Serves until SIGINT or SIGTERM.
     pub async fn run(self) -> Result<()> {
-        self.run_until(async {
-            #[cfg(unix)]
-            {
-                use tokio::signal::unix::{SignalKind, signal};
-                match signal(SignalKind::terminate()) {
-                    Ok(mut term) => {
-                        tokio::select! {
-                            _ = tokio::signal::ctrl_c() => {}
-                            _ = term.recv() => {}
-                        }
-                    }
-                    Err(_) => {
-                        let _ = tokio::signal::ctrl_c().await;
-                    }
-                }
-            }
-            #[cfg(not(unix))]
-            {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        })
-        .await
+        self.run_until(crate::serve::shutdown_signal()).await
     }
 }
 
