@@ -61,6 +61,7 @@ CONFIGS = {
         # as chain expressions, and the Pillow UDF.
         "native-sql": {"I": {"path": "sql"}},
         "native-expr": {"I": {"path": "expr"}},
+        "native-best": {"I": {"path": "expr", "prefetch": 64}},
         "pillow": {"I": {"path": "pillow"}},
     },
     "datachain": {
@@ -183,6 +184,10 @@ def run_udfchain_i(config: dict) -> list:
         c = uc.read_storage(src)
         if storage:
             c = c.settings(storage=storage)
+        if "prefetch" in config:
+            # A file-reading built-in in an expression runs under the
+            # session's settings (the runner's): SET them there.
+            uc.run(f"SET prefetch = {config['prefetch']}")
         img = f.image_resize(f.image_convert(f.image_decode("file"), "RGB"), I_SIZE, I_SIZE)
         t = c.select(img=img).to_pyarrow()
     data = t.column("img").combine_chunks().field("data")
