@@ -47,13 +47,13 @@ use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
-use datafusion::common::{Column, JoinConstraint, JoinType, NullEquality, TableReference};
+use datafusion::common::{Column, JoinType, TableReference};
 use datafusion::datasource::{provider_as_source, source_as_provider};
 use datafusion::error::Result as DfResult;
 use datafusion::functions::core::expr_fn::get_field;
 use datafusion::logical_expr::expr_rewriter::unnormalize_col;
 use datafusion::logical_expr::{
-    Expr, Join, LogicalPlan, LogicalPlanBuilder, SortExpr, TableScan, TableType,
+    Expr, LogicalPlan, LogicalPlanBuilder, SortExpr, TableScan, TableType,
 };
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::ParquetReadOptions;
@@ -432,16 +432,7 @@ fn matching(
     let on = (0..n)
         .map(|i| (name("__delta_l", i), name("__delta_k", i)))
         .collect();
-    let joined = LogicalPlan::Join(Join::try_new(
-        Arc::new(with_keys),
-        Arc::new(right),
-        on,
-        None,
-        how,
-        JoinConstraint::On,
-        NullEquality::NullEqualsNothing,
-        false,
-    )?);
+    let joined = super::verbs::key_join(with_keys, right, on, how)?;
     Ok(LogicalPlanBuilder::from(joined).project(own)?.build()?)
 }
 

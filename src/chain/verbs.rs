@@ -391,6 +391,18 @@ fn join(left: LogicalPlan, right: LogicalPlan, n: usize, how: JoinType) -> Resul
     let on = (0..n)
         .map(|i| (named(&format!("__uc_lk{i}")), named(&format!("__uc_rk{i}"))))
         .collect();
+    key_join(left, right, on, how)
+}
+
+/// `left` joined with `right` on the pairs of key expressions `on`, a null
+/// key equal to nothing (the rule every verb and delta saves keep: a null
+/// never means "the same row").
+pub(super) fn key_join(
+    left: LogicalPlan,
+    right: LogicalPlan,
+    on: Vec<(Expr, Expr)>,
+    how: JoinType,
+) -> Result<LogicalPlan> {
     Ok(LogicalPlan::Join(Join::try_new(
         Arc::new(left),
         Arc::new(right),

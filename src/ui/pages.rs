@@ -383,14 +383,21 @@ async fn snippets(state: &Arc<AppState>, batch: &RecordBatch, max: u64) -> HashM
         .await
 }
 
-/// A table of rows; row `i` links to `row_href(first + i)`.
-fn rows_table(
+/// A table of rows (text files by their first lines, the page's
+/// thumbnails started); row `i` links to `row_href(first + i)`.
+async fn rows_table(
+    state: &Arc<AppState>,
     batch: &RecordBatch,
     first: usize,
-    cells: &Cells<'_>,
     header: impl Fn(&str) -> String,
     row_href: impl Fn(usize) -> String,
 ) -> String {
+    let snippets = snippets(state, batch, 1024).await;
+    let cells = &Cells {
+        files: &state.files,
+        snippets: &snippets,
+        full: false,
+    };
     let schema = batch.schema();
     let mut out = String::from("<table class=\"rows\" id=\"rows\"><thead><tr><th>#</th>");
     for f in schema.fields() {
@@ -603,12 +610,6 @@ pub(super) async fn version(
     };
     let has_next = batch.num_rows() > PAGE_ROWS;
     let batch = batch.slice(0, batch.num_rows().min(PAGE_ROWS));
-    let snippets = snippets(&state, &batch, 1024).await;
-    let cells = Cells {
-        files: &state.files,
-        snippets: &snippets,
-        full: false,
-    };
     let vq = view.query();
     if view.filter.is_some() {
         let _ = write!(
@@ -644,7 +645,7 @@ pub(super) async fn version(
         |n| format!("{base}?page={n}{vq}"),
         pages,
     ));
-    body.push_str(&rows_table(&batch, skip, &cells, sort_header, row_href));
+    body.push_str(&rows_table(&state, &batch, skip, sort_header, row_href).await);
     body.push_str(&pager(
         page_no,
         has_next,
@@ -805,12 +806,6 @@ pub(super) async fn query(
     };
     let has_next = batch.num_rows() > PAGE_ROWS;
     let batch = batch.slice(0, batch.num_rows().min(PAGE_ROWS));
-    let snippets = snippets(&state, &batch, 1024).await;
-    let cells = Cells {
-        files: &state.files,
-        snippets: &snippets,
-        full: false,
-    };
     let q = url_encode(&sql);
     let _ = write!(
         body,
@@ -823,9 +818,12 @@ pub(super) async fn query(
         |n| format!("/query?q={q}&amp;page={n}"),
         None,
     ));
-    body.push_str(&rows_table(&batch, skip, &cells, esc, |i| {
-        format!("/query/row?q={q}&amp;i={i}")
-    }));
+    body.push_str(
+        &rows_table(&state, &batch, skip, esc, |i| {
+            format!("/query/row?q={q}&amp;i={i}")
+        })
+        .await,
+    );
     body.push_str(&pager(
         page_no,
         has_next,
@@ -1083,16 +1081,13 @@ pub(super) async fn compare(
         );
         match rows {
             Ok((_, batch)) => {
-                let snippets = snippets(&state, &batch, 1024).await;
-                let cells = Cells {
-                    files: &state.files,
-                    snippets: &snippets,
-                    full: false,
-                };
                 let q = url_encode(&sql);
-                body.push_str(&rows_table(&batch, 0, &cells, esc, |i| {
-                    format!("/query/row?q={q}&amp;i={i}")
-                }));
+                body.push_str(
+                    &rows_table(&state, &batch, 0, esc, |i| {
+                        format!("/query/row?q={q}&amp;i={i}")
+                    })
+                    .await,
+                );
             }
             Err(e) => {
                 let _ = write!(body, "<p class=\"error\">{}</p>", esc(&e.to_string()));
