@@ -1047,11 +1047,11 @@ async fn calls_after_the_drop(count: &impl Fn() -> usize) -> (usize, usize) {
     (after_cancel, later)
 }
 
-/// Issue 21: a query on a cluster whose scheduler has no executor. Run by
-/// the CLI in a pseudo-terminal (util-linux `script`), where the live display
-/// draws: it says "waiting for an executor", and after
-/// `cluster_executor_timeout` the query fails with an error saying so
-/// (before: nothing printed, and no end; the test's bound fails it).
+/// A query on a cluster whose scheduler has no executor. Run by the CLI in
+/// a pseudo-terminal (util-linux `script`), where the live display draws: it
+/// says "waiting for an executor", and after `cluster_executor_timeout` the
+/// query fails with an error saying so, instead of waiting silently forever
+/// (the test's own bound fails a run that never ends).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_query_on_a_cluster_without_executors_says_so_and_gives_up() {
     let dir = tempfile::tempdir().expect("dir");

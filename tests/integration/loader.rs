@@ -599,10 +599,9 @@ async fn server_stopped_mid_epoch_gives_every_row_once() {
     assert_eq!(names, s.names);
 }
 
-/// Issue 21 (item 5, confirmed): a partition whose object is gone (404) was
-/// fetched four times (`ATTEMPTS`) before its error came back; an error that
-/// cannot heal is now returned after one GET of that object, and says what
-/// is missing.
+/// A partition whose object is gone (404) fails after one GET of that object:
+/// the loader retries a partition (`ATTEMPTS` in `src/loader/fetch.rs`) only
+/// on an error that may heal, and the error says what is missing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_object_fails_the_partition_without_retries() {
     let s = s3_files(6, 100, Duration::ZERO, |s| s).await;

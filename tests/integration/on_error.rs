@@ -939,13 +939,12 @@ async fn skip_lists_are_bounded_and_the_overflow_counted() {
     assert_eq!(report.metric("MapExec", "skipped_rows"), skipped);
 }
 
-/// Issue 21 (item 5, confirmed): under `on_error = skip` with `cache = true`,
-/// a row dropped because its second file failed to download gave back its
-/// first file through the temp cache only, so that file's shared-cache pin
-/// stayed held until the stream ended. Here `K` such rows come first; when
-/// the last row's UDF runs, a prune of the whole cache may remove every
-/// entry but the pinned ones (the window's few rows): before the fix the `K`
-/// skipped rows' files were all still pinned and stayed.
+/// Under `on_error = skip` with `cache = true`, a row dropped because its
+/// second file failed to download releases its first file's shared-cache pin
+/// at once, not when the stream ends (as it would if that file went back
+/// through the temp cache only). Here `K` such rows come first; when the last
+/// row's UDF runs, a prune of the whole cache removes every entry but the
+/// pinned ones (the window's few rows), so fewer than `K` may be left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rows_skipped_under_cache_release_their_shared_cache_pins_at_once() {
     const K: usize = 10;

@@ -113,8 +113,9 @@ fn records(done: &[TriggerRecord]) -> Vec<Seen> {
         .collect()
 }
 
-/// The issue's config shape, verbatim.
-const ISSUE_YAML: &str = r#"name: demo
+/// A config using every section docs/pipelines.md describes, with comments
+/// in it as users write them.
+const FULL_YAML: &str = r#"name: demo
 data:
   uri: ./data                  # any udfchain URI
   glob: "*.csv"
@@ -136,9 +137,9 @@ training:
 "#;
 
 #[test]
-fn the_issue_config_is_accepted_and_its_alternatives_too() {
+fn a_full_config_is_accepted_and_its_alternatives_too() {
     use udfchain::pipeline::{ByteOrder, Format, TimestampSource};
-    let c = PipelineConfig::from_yaml(ISSUE_YAML, "issue.yaml").expect("the issue's config");
+    let c = PipelineConfig::from_yaml(FULL_YAML, "demo.yaml").expect("the full config");
     assert_eq!(c.name, "demo");
     assert_eq!(c.data.uri, "./data");
     assert_eq!(c.data.glob.as_deref(), Some("*.csv"));
@@ -152,7 +153,7 @@ fn the_issue_config_is_accepted_and_its_alternatives_too() {
         c.training.and_then(|t| t.command),
         Some(vec!["python3".to_string(), "train.py".to_string()])
     );
-    let alt = ISSUE_YAML
+    let alt = FULL_YAML
         .replace(
             "format: {csv: {label_column: 1, header: false}}",
             "format: {binary: {record_size: 8, label_size: 4, byte_order: big}}",
@@ -163,7 +164,7 @@ fn the_issue_config_is_accepted_and_its_alternatives_too() {
         );
     let c = PipelineConfig::from_yaml(&alt, "alt.yaml").expect("binary + time");
     assert!(matches!(&c.data.format, Format::Binary(b) if b.byte_order == ByteOrder::Big));
-    let alt = ISSUE_YAML
+    let alt = FULL_YAML
         .replace(
             "format: {csv: {label_column: 1, header: false}}",
             "format: {single_sample: {label_file_ext: \".label\"}}",
@@ -175,7 +176,7 @@ fn the_issue_config_is_accepted_and_its_alternatives_too() {
 
 #[test]
 fn an_unknown_key_is_rejected_with_its_line() {
-    let yaml = ISSUE_YAML.replace("  selector_batch_size: 128", "  selector_batch_sise: 128");
+    let yaml = FULL_YAML.replace("  selector_batch_size: 128", "  selector_batch_sise: 128");
     let err = PipelineConfig::from_yaml(&yaml, "demo.yaml").expect_err("unknown key");
     let msg = err.to_string();
     assert!(
@@ -183,12 +184,12 @@ fn an_unknown_key_is_rejected_with_its_line() {
         "{msg}"
     );
     // Nested too: inside the selection and inside the format's enum.
-    let yaml = ISSUE_YAML.replace("  seed: 0", "  sed: 0");
+    let yaml = FULL_YAML.replace("  seed: 0", "  sed: 0");
     let msg = PipelineConfig::from_yaml(&yaml, "demo.yaml")
         .expect_err("unknown key")
         .to_string();
     assert!(msg.contains("line 17") && msg.contains("sed"), "{msg}");
-    let yaml = ISSUE_YAML.replace("header: false", "headers: false");
+    let yaml = FULL_YAML.replace("header: false", "headers: false");
     let msg = PipelineConfig::from_yaml(&yaml, "demo.yaml")
         .expect_err("unknown key")
         .to_string();

@@ -238,11 +238,10 @@ async fn the_rust_api_does_not_echo_a_secret_setting() {
     assert!(!explained.contains(secret), "{explained}");
 }
 
-/// Issue 21 (item 5, confirmed): a presigned URL's credentials in a file's
-/// path (`X-Amz-Credential`, `X-Amz-Signature`) reached error texts, skip
-/// lists and the saved dataset's record unmasked. Now neither the Rust API's
-/// error text and skip lists (a missing file, read by the UDF or by the
-/// prefetch) nor the CLI's error and catalog shows them.
+/// A presigned URL's credentials in a file's path (`X-Amz-Credential`,
+/// `X-Amz-Signature`) are masked: neither the Rust API's error text and skip
+/// lists (a missing file, read by the UDF or by the prefetch) nor the CLI's
+/// error and catalog shows them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_presigned_urls_credentials_reach_no_error_skip_list_or_catalog() {
     use udfchain::{OnError, Settings};

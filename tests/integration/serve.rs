@@ -960,9 +960,9 @@ async fn sigterm(mut child: std::process::Child) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ticket_of_a_restarted_server_is_refused_not_served_another_streams_rows() {
-    // The scenario: stream ids restart at 1 in every server process, so
-    // before tickets named their server, client 1's old ticket for `da`
-    // partition 0 read `db`'s rows from the restarted server's stream 1.
+    // Stream ids restart at 1 in every server process, so a ticket that did not
+    // name its server would let client 1's old ticket for `da` partition 0 read
+    // `db`'s rows from the restarted server's stream 1.
     let root = tempfile::tempdir().expect("root");
     let session = Session::with_settings(Settings::new().root(root.path()));
     save_ids(&session, "da", 0, 100).await;

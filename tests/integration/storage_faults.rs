@@ -571,12 +571,11 @@ impl Drop for PythonHttp {
     }
 }
 
-/// Issue 21: a server without `PROPFIND` or `Range` answers 501 (or ignores
-/// the range). Before, the listing's 501 was asked again ten times over
-/// seconds and the error was object_store's with the server's HTML page.
-/// Now: one `PROPFIND`, and an error saying listing needs WebDAV; a ranged
-/// read is one GET, failing with an error saying reads need `Range`; a
-/// whole read still works.
+/// A server without `PROPFIND` or `Range` answers 501 (or ignores the
+/// range). A listing is one `PROPFIND` (a 501 is not retried) and an error
+/// saying listing needs WebDAV, not object_store's error with the server's
+/// HTML page; a ranged read is one GET, failing with an error saying reads
+/// need `Range`; a whole read still works.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plain_http_server_is_asked_once_and_the_error_says_what_it_lacks() {
     let dir = tempfile::tempdir().expect("dir");

@@ -179,8 +179,10 @@ async fn python_webdataset_shards_give_the_members_and_keys_python_reads() {
     assert_eq!(got_samples, want_samples);
 }
 
-/// Issue 21: a 2 KiB tar whose GNU base-256 size field holds 2^64 - 512 made
-/// `count(*)` over `tar_members` spin forever (`data + size` wrapped).
+/// A 2 KiB tar whose GNU base-256 size field holds 2^64 - 512 makes
+/// `count(*)` over `tar_members` fail, not spin forever on a wrapped
+/// `data + size` (the parser's own test: `udfs/src/builtins/tar.rs`,
+/// `gnu_base256_size_near_u64_max_is_an_error_not_a_hang`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_size_of_two_to_the_64_minus_512_is_an_error() {
     let data = tempfile::tempdir().expect("data");

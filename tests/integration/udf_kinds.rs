@@ -343,13 +343,14 @@ async fn map_on_several_columns_reads_a_struct() {
     assert_eq!(got, vec!["x1", "yy2"]);
 }
 
-/// Issue 21: `gen` over a union (two input partitions sharing the UDF's
-/// `parallel` slots) with expansions larger than a job's channel. Before the
-/// fix, slots could all be held by jobs blocked on full channels while each
-/// partition drained only its head job (waiting for a slot): no row, ever.
-/// Whether the first jobs to take the slots are heads is a race, so the run
-/// is repeated (before the fix, 1 run in 2 to 4 deadlocked here); the
-/// timeout makes a deadlock fail the test instead of hanging it.
+/// `gen` over a union (two input partitions sharing the UDF's `parallel`
+/// slots) with expansions larger than a job's channel streams every row. The
+/// deadlock it guards against: slots all held by jobs blocked on full
+/// channels while each partition drains only its head job (waiting for a
+/// slot), so no row ever comes. Whether the first jobs to take the slots are
+/// heads is a race, so the run is repeated (an operator with that deadlock
+/// hits it in 1 run of 2 to 4 here); the timeout makes a deadlock fail the
+/// test instead of hanging it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gen_over_a_union_of_two_partitions_streams_every_row() {
     let rows: Vec<Count> = (0..6).map(|_| Count { n: 200 }).collect();

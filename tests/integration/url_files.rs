@@ -1,4 +1,4 @@
-//! Files named by URL (issue 23, item 3): `file_from_url(url)` in SQL and
+//! Files named by URL: `file_from_url(url)` in SQL and
 //! `File::from_url` / `file_from_url(col(..))` in Rust over a Parquet of URLs
 //! pointing at the loopback S3 server and at loopback HTTP servers. Downloads
 //! go through the prefetch like listed files': a 404 under `on_error = skip`
@@ -192,7 +192,7 @@ struct Hashed {
     h: Option<String>,
 }
 
-/// The issue's test: 5,000 URLs (S3 and HTTP, every 25th missing) in a
+/// A LAION-style table: 5,000 URLs (S3 and HTTP, every 25th missing) in a
 /// Parquet; `SELECT id, sha256(file_from_url(url))` under `on_error = skip`
 /// gives exactly the existing objects' hashes and lists exactly the 404s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

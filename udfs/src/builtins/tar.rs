@@ -437,8 +437,8 @@ mod tests {
         out
     }
 
-    /// Issue 21: a GNU base-256 size of 2^64 - 512 made `data + size` wrap
-    /// and the walk loop on one header forever.
+    /// A GNU base-256 size of 2^64 - 512 is an error: `data + size` must not
+    /// wrap, which would make the walk loop on one header forever.
     #[test]
     fn gnu_base256_size_near_u64_max_is_an_error_not_a_hang() {
         let mut h = tar::Header::new_gnu();
