@@ -1,4 +1,4 @@
-//! Selection benchmark (issue 13, item 7): for each strategy, samples informed
+//! Selection benchmark: for each strategy, samples informed
 //! per second and the latency of one trigger over all data informed, at 1M and
 //! 10M samples (`--quick`: 100k and 1M), and each case's peak RSS.
 //!
