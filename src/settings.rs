@@ -134,6 +134,7 @@ pub struct Settings {
     checkpoints: Option<Checkpoints>,
     udf_version: Option<String>,
     delta_unsafe: Option<bool>,
+    max_image_pixels: Option<u64>,
     storage_options: BTreeMap<String, String>,
 }
 
@@ -170,6 +171,7 @@ impl std::fmt::Debug for Settings {
             .field("checkpoints", &self.checkpoints)
             .field("udf_version", &self.udf_version)
             .field("delta_unsafe", &self.delta_unsafe)
+            .field("max_image_pixels", &self.max_image_pixels)
             .field("storage_options", &options)
             .finish()
     }
@@ -309,6 +311,7 @@ impl Settings {
         "cluster_executor_timeout",
         "checkpoints",
         "delta_unsafe",
+        "max_image_pixels",
     ];
 
     /// Sets a setting by name from text, as `SET name = value` in scripts and
@@ -401,6 +404,12 @@ impl Settings {
                 parse_duration(v).map_err(|_| bad("a duration above 0 (e.g. 500ms, 30s, 5m)"))?,
             ),
             "delta_unsafe" => self.delta_unsafe(boolean()?),
+            "max_image_pixels" => self.max_image_pixels(
+                v.parse::<u64>()
+                    .ok()
+                    .filter(|&n| n > 0)
+                    .ok_or_else(|| bad("a whole number of pixels above 0"))?,
+            ),
             "root" if v.is_empty() => return Err(bad("a directory")),
             "root" => self.root(value),
             "on_error" => self.on_error(match v.to_ascii_lowercase().as_str() {
@@ -480,6 +489,22 @@ impl Settings {
         self.delta_unsafe.unwrap_or(false)
     }
 
+    /// The most pixels an image may have to be decoded (default
+    /// 178,956,970, Pillow's `Image.MAX_IMAGE_PIXELS`): a larger one, as its
+    /// header says, is that row's error before any pixel buffer exists, so a
+    /// decompression bomb never allocates. Applies to `image_decode`,
+    /// `image_thumbnail` and the loader's `with_images`.
+    pub fn max_image_pixels(mut self, pixels: u64) -> Self {
+        self.max_image_pixels = Some(pixels);
+        self
+    }
+
+    /// `max_image_pixels`: the pixel limit of decoded images.
+    pub fn get_max_image_pixels(&self) -> u64 {
+        self.max_image_pixels
+            .unwrap_or(udfchain_udfs::builtins::image::MAX_IMAGE_PIXELS)
+    }
+
     /// `other`'s set fields override `self`'s.
     pub fn merge(mut self, other: &Settings) -> Self {
         macro_rules! take {
@@ -503,7 +528,8 @@ impl Settings {
             cluster_executor_timeout,
             checkpoints,
             udf_version,
-            delta_unsafe
+            delta_unsafe,
+            max_image_pixels
         );
         self.storage_options.extend(
             other
@@ -702,6 +728,13 @@ mod tests {
             DEFAULT_CLUSTER_EXECUTOR_TIMEOUT
         );
         assert!(refused("cluster_executor_timeout", "0s").contains("a duration above 0"));
+        let s = Settings::new()
+            .set("max_image_pixels", "1000")
+            .expect("valid");
+        assert_eq!(s.get_max_image_pixels(), 1000);
+        assert_eq!(Settings::new().get_max_image_pixels(), 178_956_970);
+        assert!(refused("max_image_pixels", "0").contains("whole number of pixels"));
+        assert!(refused("max_image_pixels", "1e6").contains("whole number of pixels"));
     }
 
     #[test]

@@ -8,7 +8,9 @@
 //!
 //! A UDF's name is its `Signature::name`: the Rust function's name for a
 //! function (`map("meta", meta)` is named `meta`), the output column for a
-//! closure, the built-in's name for the script built-ins (`sha256`, ...).
+//! closure, the built-in's name for the script built-ins (`sha256`, ...);
+//! an image decoder's name carries its spec
+//! (`image_decode[mode=RGB,resize=224x224/bilinear]`), which any executor reads back.
 //! Registered functions are rebuilt for the params and output column the plan
 //! names, so one registration serves every call of the UDF in any chain.
 
@@ -25,6 +27,8 @@ use udfchain_udfs::{
     Aggregator, BatchMapper, BoxError, CallError, Generator, Mapper, Signature, UdfError, agg_fn,
     batch_map_fn, gen_fn, map_fn,
 };
+
+use udfchain_udfs::builtins::image::{DecodeSpec, decode_udf};
 
 use crate::error::{Error, Result};
 use crate::plan::Udf;
@@ -202,6 +206,14 @@ impl UdfRegistry {
             node: node.to_string(),
             reason,
         };
+        let params: Vec<&str> = sig.params.iter().map(String::as_str).collect();
+        // An image decoder travels as its spec, written in its name.
+        if let (Some(spec), "map", [param]) = (DecodeSpec::from_name(&sig.name), kind, &params[..])
+        {
+            let made =
+                decode_udf(param, sig.output.name(), spec).map_err(|e| unknown(e.to_string()))?;
+            return Ok(Udf::Map(made).renamed(sig, partition_by));
+        }
         let Some((registered, make)) = self.makers.get(&sig.name) else {
             let known = self.names();
             return Err(unknown(if known.is_empty() {
@@ -215,7 +227,6 @@ impl UdfRegistry {
                 "it is registered there as a {registered} UDF, the plan calls a {kind} UDF"
             )));
         }
-        let params: Vec<&str> = sig.params.iter().map(String::as_str).collect();
         let made = make(&params, sig.output.name()).map_err(|e| unknown(e.to_string()))?;
         if made.signature().output.data_type() != sig.output.data_type() {
             return Err(unknown(format!(

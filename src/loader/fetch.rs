@@ -34,7 +34,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt64Typ
 use datafusion::datasource::{MemTable, provider_as_source};
 use datafusion::execution::memory_pool::MemoryConsumer;
 use datafusion::logical_expr::LogicalPlanBuilder;
-use udfchain_udfs::builtins::image::{MAX_IMAGE_PIXELS, TensorShape, decode_to_tensor};
+use udfchain_udfs::builtins::image::{TensorShape, decode_to_tensor};
 use udfchain_udfs::{CallError, File, Mapper, Signature, UdfError, decode_rows};
 
 use crate::Udf;
@@ -153,6 +153,7 @@ async fn fetch_once(spec: &Spec, epoch: u64, source_partition: usize) -> Result<
             let mapper = Arc::new(ImagesMapper {
                 signature: file_signature("images", file, shape.field(out)),
                 shape: *shape,
+                max_pixels: spec.session.settings().get_max_image_pixels(),
             });
             with_column(&spec.session, batch, mapper).await?
         }
@@ -263,6 +264,8 @@ fn df(e: impl Into<datafusion::error::DataFusionError>) -> Error {
 struct ImagesMapper {
     signature: Signature,
     shape: TensorShape,
+    /// The session's `max_image_pixels`.
+    max_pixels: u64,
 }
 
 #[async_trait]
@@ -281,7 +284,7 @@ impl Mapper for ImagesMapper {
             });
         }
         let rows: Vec<Option<&[u8]>> = encoded.iter().map(|b| b.as_deref()).collect();
-        decode_to_tensor(&rows, &self.shape, MAX_IMAGE_PIXELS).map_err(|(row, e)| {
+        decode_to_tensor(&rows, &self.shape, self.max_pixels).map_err(|(row, e)| {
             let e = match files.get(row).cloned().flatten() {
                 Some(f) => UdfError::Read {
                     url: f.url(),

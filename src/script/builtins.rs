@@ -26,8 +26,10 @@
 //!   it takes.
 //!
 //! `image_size` reads only the header, so it is planned with `prefetch = 0`.
-//! `image_thumbnail(file, max_side)` takes a constant size after the File
-//! column: calls of one size over one column are one node.
+//! The image decoders take constants after the File column
+//! (`image_decode(file, 'RGB')`, `image_thumbnail(file, 256)`), and a decode
+//! under a convert or a resize of constant arguments is fused into one node
+//! (see `builtins/image_calls.rs`): calls of one spec over one column are one node.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -45,7 +47,7 @@ use datafusion::logical_expr::{
     ScalarUDF, ScalarUDFImpl, Signature, Subquery, Volatility,
 };
 use datafusion::optimizer::AnalyzerRule;
-use udfchain_udfs::builtins::image::decode_udf;
+use udfchain_udfs::builtins::image::{DecodeSpec, decode_udf};
 use udfchain_udfs::builtins::{file_size, image_size, line_count, md5, read_text, sha256};
 use udfchain_udfs::{File, Mapper, UdfError, map_fn};
 
@@ -56,9 +58,7 @@ use crate::util::lock::lock;
 /// Builds the UDF for a call: `make(param column, output column)`.
 pub type Make = Arc<dyn Fn(&str, &str) -> Result<Arc<dyn Mapper>, UdfError> + Send + Sync>;
 
-/// Builds the UDF of a call with a constant size after its File column
-/// (`image_thumbnail(file, 256)`): `make(param, output, size)`.
-type SizedMake = Arc<dyn Fn(&str, &str, u32) -> Result<Arc<dyn Mapper>, UdfError> + Send + Sync>;
+mod image_calls;
 
 /// A scalar UDF callable by name in scripts: its constructor and whether it
 /// reads only a header (then it is planned with `prefetch = 0`).
@@ -67,9 +67,10 @@ pub struct Builtin {
     pub name: String,
     make: Make,
     header_only: bool,
-    /// For a call that takes a constant size after the File column.
-    sized: Option<SizedMake>,
-    /// What makes two calls one node: the name, and the size when there is one.
+    /// For an image decoder, what it decodes (its constant arguments after
+    /// the File column refine it: see [`image_calls::spec_for`]).
+    decode: Option<DecodeSpec>,
+    /// What makes two calls one node: the name, or a decoder's spec.
     key: String,
 }
 
@@ -85,48 +86,33 @@ impl Builtin {
             name: name.to_string(),
             make,
             header_only,
-            sized: None,
+            decode: None,
             key: name.to_string(),
         }
     }
 
-    /// A built-in called as `name(file, size)`, `size` a constant in
-    /// 1..=65535; its stub types calls with the UDF of size 256.
-    fn sized(name: &str, sized: SizedMake) -> Self {
-        let typed = Arc::clone(&sized);
-        let mut b = Self::new(name, false, Arc::new(move |p, o| typed(p, o, 256)));
-        b.sized = Some(sized);
+    /// The image decoder `name` decoding as `spec` says.
+    fn decoder(name: &str, spec: DecodeSpec) -> Self {
+        let mut b = Self::new(name, false, Arc::new(move |p, o| decode_udf(p, o, spec)));
+        b.decode = Some(spec);
+        b.key = spec.name();
         b
     }
 
-    /// This built-in for a call's arguments after its File column: none, or
-    /// for a sized one its size.
-    fn for_args(&self, rest: &[Expr]) -> DfResult<Builtin> {
-        let name = &self.name;
-        match (&self.sized, rest) {
-            (None, []) => Ok(self.clone()),
-            (None, _) => plan(format!("{}; got {} arguments", takes(name), rest.len() + 1)),
-            (Some(sized), [Expr::Literal(v, _)]) => {
-                let size = v
-                    .cast_to(&DataType::Int64)
-                    .ok()
-                    .and_then(|v| match v {
-                        datafusion::common::ScalarValue::Int64(Some(n)) => u32::try_from(n).ok(),
-                        _ => None,
-                    })
-                    .filter(|n| (1..=65_535).contains(n))
-                    .ok_or_else(|| {
-                        DataFusionError::Plan(format!(
-                            "{name}(file, max_side): max_side is a whole number from 1 to 65535; got {v}"
-                        ))
-                    })?;
-                let sized = Arc::clone(sized);
-                let mut b = Self::new(name, false, Arc::new(move |p, o| sized(p, o, size)));
-                b.key = format!("{name}({size})");
-                Ok(b)
+    /// This built-in for a call's arguments after its File column (none, or
+    /// a decoder's constants) under `settings` (a decoder's pixel limit).
+    fn for_args(&self, rest: &[Expr], settings: &Settings) -> DfResult<Builtin> {
+        match self.decode {
+            Some(base) => {
+                let mut spec = image_calls::spec_for(&self.name, base, rest)?;
+                spec.max_pixels = settings.get_max_image_pixels();
+                Ok(Self::decoder(&self.name, spec))
             }
-            (Some(_), _) => plan(format!(
-                "{name}(file, max_side) takes a File column and a constant max_side, e.g. {name}(file, 256)"
+            None if rest.is_empty() => Ok(self.clone()),
+            None => plan(format!(
+                "{}; got {} arguments",
+                takes(&self.name),
+                rest.len() + 1
             )),
         }
     }
@@ -160,11 +146,8 @@ pub fn builtins() -> Vec<Builtin> {
         b("read_text", |p, o| map_fn(&[p], o, read_text), false),
         b("line_count", |p, o| map_fn(&[p], o, line_count), false),
         b("image_size", |p, o| map_fn(&[p], o, image_size), true),
-        b("image_decode", |p, o| decode_udf(p, o, None), false),
-        Builtin::sized(
-            "image_thumbnail",
-            Arc::new(|p, o, side| decode_udf(p, o, Some(side))),
-        ),
+        Builtin::decoder("image_decode", DecodeSpec::default()),
+        Builtin::decoder("image_thumbnail", DecodeSpec::thumbnail(256)),
     ]
 }
 
@@ -407,6 +390,7 @@ impl Rewriter {
             } else {
                 SavedName::None
             };
+            let e = image_calls::fuse(e, &self.table)?;
             let e = e.transform_up(|x| self.call(x, &mut inputs))?.data;
             new.push(saved.restore(e));
         }
@@ -480,13 +464,13 @@ impl Rewriter {
         let Expr::ScalarFunction(ScalarFunction { func, args }) = &x else {
             return Ok(Transformed::no(x));
         };
-        let Some(b) = self.table.iter().find(|b| b.name == func.name()).cloned() else {
+        let Some(b) = self.builtin(func) else {
             return Ok(Transformed::no(x));
         };
         let Some((first, rest)) = args.split_first() else {
             return plan(format!("{}; got no argument", takes(&b.name)));
         };
-        let b = b.for_args(rest)?;
+        let b = b.for_args(rest, &self.settings)?;
         let c = match first {
             Expr::Column(c) => c.clone(),
             Expr::OuterReferenceColumn(..) => return Ok(Transformed::no(x)),
@@ -497,6 +481,15 @@ impl Rewriter {
         };
         let out = self.node_for(&b, c, inputs)?;
         Ok(Transformed::yes(Expr::Column(Column::new_unqualified(out))))
+    }
+
+    /// The built-in a function call is: a fused image decode, or one of the
+    /// table's by name.
+    fn builtin(&self, func: &ScalarUDF) -> Option<Builtin> {
+        if let Some(spec) = image_calls::fused_spec(func) {
+            return Some(Builtin::decoder("image_decode", spec));
+        }
+        self.table.iter().find(|b| b.name == func.name()).cloned()
     }
 
     /// Resolves, in a subquery's plan, the calls over columns of the
@@ -520,14 +513,13 @@ impl Rewriter {
                         let Expr::ScalarFunction(ScalarFunction { func, args }) = &x else {
                             return Ok(Transformed::no(x));
                         };
-                        let Some(b) = self.table.iter().find(|b| b.name == func.name()).cloned()
-                        else {
+                        let Some(b) = self.builtin(func) else {
                             return Ok(Transformed::no(x));
                         };
                         let [Expr::OuterReferenceColumn(_, c), rest @ ..] = args.as_slice() else {
                             return Ok(Transformed::no(x));
                         };
-                        let b = b.for_args(rest)?;
+                        let b = b.for_args(rest, &self.settings)?;
                         let out = self.node_for(&b, c.clone(), inputs)?;
                         let i = inputs
                             .iter()

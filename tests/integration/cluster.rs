@@ -1152,3 +1152,63 @@ async fn shuffle_sample_chunk_and_explode_run_on_the_cluster_as_locally() {
         assert_eq!(remote, local, "{name}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn image_decoders_travel_with_their_spec_and_give_the_local_rows() {
+    use udfchain::udfs::builtins::image::{Format, Image, Mode, encode};
+    let dir = tempfile::tempdir().expect("dir");
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).expect("mkdir");
+    for i in 0..4u32 {
+        let pixels = (0..40 * 30)
+            .flat_map(|p| {
+                [
+                    (p * 3 + i * 50) as u8,
+                    (p / 40 * 8) as u8,
+                    (p % 40 * 6) as u8,
+                ]
+            })
+            .collect();
+        let img = Image::new(40, 30, Mode::Rgb, pixels).expect("image");
+        let format = if i % 2 == 0 {
+            Format::Png
+        } else {
+            Format::Jpeg
+        };
+        let bytes = encode(img.view(), format, Some(90)).expect("encode");
+        std::fs::write(data.join(format!("img{i}")), bytes).expect("write");
+    }
+    // A thumbnail, a fused decode + convert + resize and a plain decode: three
+    // specs, each rebuilt by the executors from the name the plan carries.
+    let sql = format!(
+        "SELECT file.path AS path,
+                image_encode(image_thumbnail(file, 12), 'png') AS thumb,
+                image_encode(image_resize(image_convert(image_decode(file), 'L'), 5, 4, 'bilinear'), 'png') AS small,
+                image_decode(file)['width'] AS w
+         FROM read_storage('{}') ORDER BY path",
+        data.display()
+    );
+    let text = |b: Vec<udfchain::Output>| match b.into_iter().last() {
+        Some(udfchain::Output::Table(b)) => {
+            datafusion::arrow::util::pretty::pretty_format_batches(&b)
+                .expect("format")
+                .to_string()
+        }
+        _ => panic!("a table"),
+    };
+    let root = dir.path().join("root");
+    let local = udfchain::ScriptRunner::new(Session::with_settings(Settings::new().root(&root)))
+        .run(&sql)
+        .await
+        .expect("local");
+    let cluster = Session::standalone(Settings::new().root(&root).workers(2), registry(), 2)
+        .await
+        .expect("standalone cluster");
+    let remote = udfchain::ScriptRunner::new(cluster)
+        .run(&sql)
+        .await
+        .expect("cluster");
+    let local = text(local);
+    assert_eq!(local.lines().count(), 8, "{local}");
+    assert_eq!(text(remote), local);
+}

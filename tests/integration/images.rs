@@ -4,7 +4,8 @@
 
 use datafusion::arrow::array::{Array, AsArray};
 use udfchain::udfs::builtins::image::{
-    DecodeOptions, Filter, Format, Image, Mode, decode, encode, image_decode, resize, resize_expr,
+    DecodeOptions, Filter, Format, Image, Mode, convert, decode, encode, image_decode, resize,
+    resize_expr, resize_to_fit,
 };
 use udfchain::{Output, Session, Settings, col};
 
@@ -184,7 +185,8 @@ async fn sql_thumbnails_fit_their_size_and_equal_the_udf_called_directly() {
         ),
         ("image_thumbnail(file, 0)", "from 1 to 65535"),
         ("image_thumbnail(file, file.size)", "a constant max_side"),
-        ("image_decode(file, 3)", "got 2 arguments"),
+        ("image_decode(file, 3)", "mode is 'L', 'RGB' or 'RGBA'"),
+        ("image_decode(file, 'RGB', 2)", "an optional constant mode"),
     ] {
         let err = r
             .run(&format!("SELECT {call} FROM read_storage('{d}')"))
@@ -224,4 +226,136 @@ async fn a_rust_chain_decodes_with_prefetch_and_resizes_by_expression() {
         assert!(!b.column(1).is_nullable() || b.column(1).null_count() == 0);
     }
     assert_eq!(seen, 4);
+}
+
+/// The text of a one-statement script's last table, rows joined.
+async fn table_text(r: &udfchain::ScriptRunner, sql: &str) -> String {
+    let outputs = r.run(sql).await.expect("run");
+    let Some(Output::Table(batches)) = outputs.into_iter().last() else {
+        panic!("a table")
+    };
+    datafusion::arrow::util::pretty::pretty_format_batches(&batches)
+        .expect("format")
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decode_under_a_convert_and_a_resize_is_one_node_with_the_same_pixels() {
+    let (dir, files) = image_dir(4);
+    let root = tempfile::tempdir().expect("root");
+    let r = runner(root.path());
+    let d = dir.path().display();
+    let fused = "image_resize(image_convert(image_decode(file), 'L'), 20, 10, 'bilinear')";
+    // One decode node does all three; no image_convert or image_resize is left.
+    let plan = table_text(
+        &r,
+        &format!("EXPLAIN SELECT {fused} AS small FROM read_storage('{d}')"),
+    )
+    .await;
+    assert!(
+        plan.contains("name=image_decode[mode=L,resize=20x10/bilinear]"),
+        "{plan}"
+    );
+    assert!(!plan.contains("image_resize("), "{plan}");
+    // A resize by a column is not fused: it runs as written.
+    let plan = table_text(
+        &r,
+        &format!(
+            "EXPLAIN SELECT image_resize(image_decode(file), 20, CAST(file.size % 7 + 1 AS BIGINT)) \
+             FROM read_storage('{d}')"
+        ),
+    )
+    .await;
+    assert!(plan.contains("name=image_decode,"), "{plan}");
+    assert!(plan.contains("image_resize("), "{plan}");
+    let outputs = r
+        .run(&format!(
+            "SET on_error = 'skip';
+             SELECT file.path AS path, {fused} AS small,
+                    image_resize_to_fit(image_decode(file, 'RGBA'), 16) AS fit
+             FROM read_storage('{d}') ORDER BY path"
+        ))
+        .await
+        .expect("run");
+    let Some(Output::Table(batches)) = outputs.into_iter().last() else {
+        panic!("a table")
+    };
+    let mut rows = 0;
+    for b in &batches {
+        let paths = b.column(0).as_string::<i32>();
+        let small = Image::views(b.column(1).as_ref()).expect("images");
+        let fit = Image::views(b.column(2).as_ref()).expect("images");
+        for i in 0..b.num_rows() {
+            let (_, bytes) = files
+                .iter()
+                .find(|(n, _)| n == paths.value(i))
+                .expect("a written file");
+            let natural = decode(bytes, &DecodeOptions::default()).expect("decode");
+            let gray = convert(natural.view(), Mode::L).expect("convert");
+            let want = resize(gray.view(), 20, 10, Filter::Bilinear).expect("resize");
+            assert_eq!(small[i].expect("not null").to_image(), want);
+            let rgba = convert(natural.view(), Mode::Rgba).expect("convert");
+            let want = resize_to_fit(rgba.view(), 16, Filter::Bicubic).expect("fit");
+            assert_eq!(fit[i].expect("not null").to_image(), want);
+            rows += 1;
+        }
+    }
+    assert_eq!(rows, files.len(), "every image but broken.jpg");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_image_pixels_refuses_larger_images_as_row_errors() {
+    let (dir, files) = image_dir(4);
+    let root = tempfile::tempdir().expect("root");
+    let r = runner(root.path());
+    let d = dir.path().display();
+    // 48x32 = 1536 pixels: over a limit of 1000, each image is its row's error.
+    let err = r
+        .run(&format!(
+            "SET max_image_pixels = 1000;
+             SELECT image_thumbnail(file, 8) FROM read_storage('{d}') WHERE file.path = 'img00.png'"
+        ))
+        .await
+        .expect_err("over the limit");
+    let text = err.to_string();
+    assert!(text.contains("over the limit of 1000"), "{text}");
+    assert!(text.contains("img00.png"), "{text}");
+    let plan = table_text(
+        &r,
+        &format!("EXPLAIN SELECT image_decode(file) FROM read_storage('{d}')"),
+    )
+    .await;
+    assert!(plan.contains("image_decode[max_pixels=1000]"), "{plan}");
+    let outputs = r
+        .run(&format!(
+            "SET on_error = 'null';
+             SELECT count(*) AS n, count(image_decode(file)) AS decoded FROM read_storage('{d}')"
+        ))
+        .await
+        .expect("run");
+    let Some(Output::Table(batches)) = outputs.into_iter().last() else {
+        panic!("a table")
+    };
+    let counts = batches[0]
+        .column(1)
+        .as_primitive::<datafusion::arrow::datatypes::Int64Type>();
+    assert_eq!(counts.value(0), 0, "no image is under 1000 pixels");
+    let outputs = r
+        .run(&format!(
+            "SET max_image_pixels = 1536;
+             SELECT count(image_decode(file)) AS decoded FROM read_storage('{d}')"
+        ))
+        .await
+        .expect("run");
+    let Some(Output::Table(batches)) = outputs.into_iter().last() else {
+        panic!("a table")
+    };
+    let counts = batches[0]
+        .column(0)
+        .as_primitive::<datafusion::arrow::datatypes::Int64Type>();
+    assert_eq!(
+        counts.value(0) as usize,
+        files.len(),
+        "all at exactly the limit"
+    );
 }

@@ -1,15 +1,20 @@
-//! The SQL built-ins `image_decode(file)` and `image_thumbnail(file,
-//! max_side)` as one map UDF over a batch: the rows' files are read (from
-//! their prefetched copies) one after another, then decoded data-parallel on
-//! rayon's pool, so one call keeps every core busy. A per-row typed function
-//! (`udfs::map_fn(.., image_decode)`) decodes the rows of a call one after
-//! another, and calls come `parallel` at a time in runs of rows: for a
-//! kernel of a few milliseconds a run at a time left cores idle.
+//! The SQL built-ins `image_decode(file [, mode])` and `image_thumbnail(file,
+//! max_side)`, and a decode fused with the resize after it, as one map UDF
+//! over a batch: the rows' files are read (from their prefetched copies) one
+//! after another, then decoded (and resized) data-parallel on rayon's pool,
+//! so one call keeps every core busy and a full-size image never leaves the
+//! worker that decoded it. A per-row typed function (`udfs::map_fn(..,
+//! image_decode)`) decodes the rows of a call one after another, and calls
+//! come `parallel` at a time in runs of rows: for a kernel of a few
+//! milliseconds a run at a time left cores idle.
 //!
 //! Guarantees: each row's outcome is its own (a file that does not read or
 //! decode is that row's error, naming the file; a null file is an error);
-//! the values are exactly those of [`image_decode`](super::image_decode) /
-//! [`image_thumbnail`](super::image_thumbnail) for the same bytes.
+//! the values are exactly those of decoding the same bytes, converting to the
+//! spec's mode and resizing with the image functions one after another
+//! ([`DecodeSpec`] says which); a UDF's name is its spec's [`DecodeSpec::name`],
+//! which [`DecodeSpec::from_name`] reads back (a cluster executor rebuilds
+//! the node from it).
 
 use std::sync::Arc;
 
@@ -17,53 +22,202 @@ use async_trait::async_trait;
 use datafusion::arrow::array::{ArrayRef, RecordBatch};
 use rayon::prelude::*;
 
-use super::{DecodeOptions, Filter, Image, Mode, blocking, decode, image_decode, resize_to_fit};
+use super::{
+    DecodeOptions, Filter, Image, MAX_IMAGE_PIXELS, MAX_SIDE, Mode, blocking, decode, image_decode,
+    resize, resize_to_fit,
+};
 use crate::codec::{decode_rows, encode_column};
 use crate::error::{CallError, UdfError};
 use crate::file::File;
 use crate::signature::Signature;
 use crate::udf::{EachRow, Mapper, map_fn};
 
-/// `image_decode` reading column `param`, writing `output`; with
-/// `thumbnail = Some(side)`, `image_thumbnail(param, side)`.
+/// What a decode node makes of each stored image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DecodeSpec {
+    /// The mode to convert to; `None`: the image's natural mode.
+    pub mode: Option<Mode>,
+    /// The longest side needed: a JPEG may be decoded at reduced size in
+    /// the DCT (see [`DecodeOptions::max_side`]). Only a thumbnail sets it:
+    /// it changes pixels.
+    pub draft: Option<u32>,
+    /// The resize after decoding.
+    pub resize: Option<Resize>,
+    /// Images of more pixels are refused (the `max_image_pixels` setting).
+    pub max_pixels: u64,
+}
+
+/// A resize fused into a decode: `image_resize` or `image_resize_to_fit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Resize {
+    /// To exactly `width` x `height`.
+    To {
+        /// Pixels across.
+        width: u32,
+        /// Pixels down.
+        height: u32,
+        /// The resampling filter.
+        filter: Filter,
+    },
+    /// The longer side to at most `max_side`, aspect kept.
+    Fit {
+        /// The longest side.
+        max_side: u32,
+        /// The resampling filter.
+        filter: Filter,
+    },
+}
+
+impl Default for DecodeSpec {
+    fn default() -> Self {
+        Self {
+            mode: None,
+            draft: None,
+            resize: None,
+            max_pixels: MAX_IMAGE_PIXELS,
+        }
+    }
+}
+
+impl DecodeSpec {
+    /// `image_decode(file [, mode])`.
+    pub fn decode(mode: Option<Mode>) -> Self {
+        Self {
+            mode,
+            ..Self::default()
+        }
+    }
+
+    /// `image_thumbnail(file, max_side)`: RGB, drafted, fit with bicubic.
+    pub fn thumbnail(max_side: u32) -> Self {
+        Self {
+            mode: Some(Mode::Rgb),
+            draft: Some(max_side),
+            resize: Some(Resize::Fit {
+                max_side,
+                filter: Filter::Bicubic,
+            }),
+            ..Self::default()
+        }
+    }
+
+    /// The UDF's name: `image_decode`, then the spec's non-default parts in
+    /// brackets, e.g. `image_decode[mode=RGB,resize=224x224/bilinear]`.
+    pub fn name(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(m) = self.mode {
+            parts.push(format!("mode={}", m.as_str()));
+        }
+        if let Some(d) = self.draft {
+            parts.push(format!("draft={d}"));
+        }
+        match self.resize {
+            Some(Resize::To {
+                width,
+                height,
+                filter,
+            }) => parts.push(format!("resize={width}x{height}/{}", filter.as_str())),
+            Some(Resize::Fit { max_side, filter }) => {
+                parts.push(format!("fit={max_side}/{}", filter.as_str()));
+            }
+            None => {}
+        }
+        if self.max_pixels != MAX_IMAGE_PIXELS {
+            parts.push(format!("max_pixels={}", self.max_pixels));
+        }
+        if parts.is_empty() {
+            "image_decode".to_string()
+        } else {
+            format!("image_decode[{}]", parts.join(","))
+        }
+    }
+
+    /// The spec [`Self::name`] wrote; `None` for any other text.
+    pub fn from_name(name: &str) -> Option<Self> {
+        let mut spec = Self::default();
+        if name == "image_decode" {
+            return Some(spec);
+        }
+        let inner = name.strip_prefix("image_decode[")?.strip_suffix(']')?;
+        let side = |v: &str| v.parse::<u32>().ok().filter(|n| (1..=MAX_SIDE).contains(n));
+        let filtered = |v: &str| -> Option<(String, Filter)> {
+            let (a, f) = v.split_once('/')?;
+            Some((a.to_string(), Filter::parse(f).ok()?))
+        };
+        for part in inner.split(',') {
+            let (key, value) = part.split_once('=')?;
+            match key {
+                "mode" => spec.mode = Some(Mode::parse(value).ok()?),
+                "draft" => spec.draft = Some(side(value)?),
+                "resize" => {
+                    let (size, filter) = filtered(value)?;
+                    let (w, h) = size.split_once('x')?;
+                    spec.resize = Some(Resize::To {
+                        width: side(w)?,
+                        height: side(h)?,
+                        filter,
+                    });
+                }
+                "fit" => {
+                    let (max_side, filter) = filtered(value)?;
+                    spec.resize = Some(Resize::Fit {
+                        max_side: side(&max_side)?,
+                        filter,
+                    });
+                }
+                "max_pixels" => spec.max_pixels = value.parse().ok()?,
+                _ => return None,
+            }
+        }
+        Some(spec)
+    }
+
+    /// One image from its bytes, as this spec says.
+    pub fn apply(&self, bytes: &[u8]) -> Result<Image, super::ImageError> {
+        let options = DecodeOptions {
+            mode: self.mode,
+            max_side: self.draft,
+            max_pixels: self.max_pixels,
+        };
+        let img = decode(bytes, &options)?;
+        let resized = match self.resize {
+            None => return Ok(img),
+            Some(Resize::To {
+                width,
+                height,
+                filter,
+            }) => resize(img.view(), width, height, filter),
+            Some(Resize::Fit { max_side, filter }) => resize_to_fit(img.view(), max_side, filter),
+        };
+        resized.map_err(|e| super::ImageError::Corrupt(e.to_string()))
+    }
+}
+
+/// The decode UDF of `spec`, reading column `param`, writing `output`.
 pub fn decode_udf(
     param: &str,
     output: &str,
-    thumbnail: Option<u32>,
+    spec: DecodeSpec,
 ) -> Result<Arc<dyn Mapper>, UdfError> {
-    // The signature a typed UDF of the same function would have.
-    let signature = map_fn(&[param], output, image_decode)?.signature().clone();
-    Ok(Arc::new(DecodeUdf {
-        signature,
-        thumbnail,
-    }))
+    // The signature a typed UDF of the same function would have, named by the spec.
+    let mut signature = map_fn(&[param], output, image_decode)?.signature().clone();
+    signature.name = spec.name();
+    Ok(Arc::new(DecodeUdf { signature, spec }))
 }
 
 #[derive(Debug)]
 struct DecodeUdf {
     signature: Signature,
-    thumbnail: Option<u32>,
+    spec: DecodeSpec,
 }
 
 impl DecodeUdf {
     /// One row's image from its bytes.
     fn one(&self, file: &File, bytes: &[u8]) -> Result<Image, UdfError> {
-        let options = match self.thumbnail {
-            None => DecodeOptions::default(),
-            Some(side) => DecodeOptions {
-                mode: Some(Mode::Rgb),
-                max_side: Some(side),
-                ..DecodeOptions::default()
-            },
-        };
-        let img = decode(bytes, &options).map_err(|e| UdfError::Read {
+        self.spec.apply(bytes).map_err(|e| UdfError::Read {
             url: file.url(),
             source: Box::new(e),
-        })?;
-        match self.thumbnail {
-            None => Ok(img),
-            Some(side) => resize_to_fit(img.view(), side, Filter::Bicubic),
-        }
+        })
     }
 }
 

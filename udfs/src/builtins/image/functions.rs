@@ -239,7 +239,7 @@ impl ScalarUDFImpl for ImageFunction {
                 })?)
             });
         }
-        let out = blocking(|| run(op, images.as_ref(), &extra))?;
+        let out = blocking(|| run(op, &images, &extra))?;
         if scalar && out.len() == 1 {
             return Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?));
         }
@@ -252,7 +252,7 @@ fn udf_err(op: Op, e: UdfError) -> DataFusionError {
 }
 
 /// The operation over a column, its per-row arguments read from `extra`.
-fn run(op: Op, images: &dyn Array, extra: &[Arg]) -> DfResult<ArrayRef> {
+fn run(op: Op, images: &ArrayRef, extra: &[Arg]) -> DfResult<ArrayRef> {
     let filter = |row: usize, at: usize| -> DfResult<Filter> {
         match extra.get(at) {
             Some(a) => Filter::parse(a.text(op, "filter", row)?).map_err(|e| udf_err(op, e)),
@@ -263,7 +263,7 @@ fn run(op: Op, images: &dyn Array, extra: &[Arg]) -> DfResult<ArrayRef> {
         u32_arg(op, name, extra[at].int(op, name, row)?)
     };
     if op == Op::Encode {
-        let views = Image::views(images).map_err(|e| udf_err(op, e))?;
+        let views = Image::views(images.as_ref()).map_err(|e| udf_err(op, e))?;
         let encoded: Vec<Option<Vec<u8>>> = views
             .par_iter()
             .enumerate()
@@ -289,7 +289,10 @@ fn run(op: Op, images: &dyn Array, extra: &[Arg]) -> DfResult<ArrayRef> {
         return Ok(Arc::new(b.finish()));
     }
     // Arguments per row first (errors name the row), then the pixels in parallel.
-    let views = Image::views(images).map_err(|e| udf_err(op, e))?;
+    let views = Image::views(images.as_ref()).map_err(|e| udf_err(op, e))?;
+    if op == Op::Convert && already_in_mode(&views, &extra[0]) {
+        return Ok(Arc::clone(images));
+    }
     let mut jobs: Vec<Job> = Vec::with_capacity(views.len());
     for row in 0..views.len() {
         jobs.push(match op {
@@ -322,7 +325,21 @@ fn run(op: Op, images: &dyn Array, extra: &[Arg]) -> DfResult<ArrayRef> {
             Op::Encode => return Err(error(op, "encodes to binary, not to an image")),
         });
     }
-    map_indexed(images, &jobs).map_err(|e| udf_err(op, e))
+    map_indexed(images.as_ref(), &jobs).map_err(|e| udf_err(op, e))
+}
+
+/// Whether every image is already in the mode its row asks for (then
+/// `image_convert` returns its input column as it is, without a copy).
+fn already_in_mode(views: &[Option<ImageView<'_>>], mode: &Arg) -> bool {
+    views.iter().enumerate().all(|(row, v)| match v {
+        None => true,
+        Some(v) => {
+            mode.text(Op::Convert, "mode", row)
+                .ok()
+                .and_then(|m| Mode::parse(m).ok())
+                == Some(v.mode)
+        }
+    })
 }
 
 /// What one row's image becomes.

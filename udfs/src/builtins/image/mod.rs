@@ -20,7 +20,7 @@ use datafusion::arrow::array::{Array, ArrayRef};
 use rayon::prelude::*;
 
 pub use decode::{DecodeOptions, ImageError, MAX_IMAGE_PIXELS, decode};
-pub use decode_udf::decode_udf;
+pub use decode_udf::{DecodeSpec, Resize, decode_udf};
 pub use functions::{center_crop_expr, convert_expr, functions, resize_expr, resize_to_fit_expr};
 pub use ops::{
     Filter, Format, MAX_SIDE, center_crop, convert, crop, encode, fit_size, resize, resize_to_fit,
@@ -52,13 +52,13 @@ pub async fn decode_file(file: File, options: DecodeOptions) -> Result<Image, Ud
 /// A thumbnail of a stored image: RGB, its longer side at most `max_side`,
 /// decoded at reduced size where the format allows (a JPEG in the DCT).
 pub async fn image_thumbnail(file: File, max_side: u32) -> Result<Image, UdfError> {
-    let options = DecodeOptions {
-        mode: Some(Mode::Rgb),
-        max_side: Some(max_side),
-        ..DecodeOptions::default()
-    };
-    let img = decode_file(file, options).await?;
-    resize_to_fit(img.view(), max_side, Filter::Bicubic)
+    let bytes = file.read().await?;
+    DecodeSpec::thumbnail(max_side)
+        .apply(&bytes)
+        .map_err(|e| UdfError::Read {
+            url: file.url(),
+            source: Box::new(e),
+        })
 }
 
 /// `f` of every image of the image column `array`, computed in parallel on

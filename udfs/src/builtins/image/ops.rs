@@ -19,7 +19,7 @@ use crate::error::UdfError;
 pub const MAX_SIDE: u32 = 65_535;
 
 /// A resampling filter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Filter {
     /// The nearest pixel.
     Nearest,
@@ -42,6 +42,16 @@ impl Filter {
             _ => Err(UdfError::Contract(format!(
                 "resize filter {s:?}: expected nearest, bilinear, bicubic or lanczos3"
             ))),
+        }
+    }
+
+    /// Its name as [`Filter::parse`] reads it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Nearest => "nearest",
+            Self::Bilinear => "bilinear",
+            Self::Bicubic => "bicubic",
+            Self::Lanczos3 => "lanczos3",
         }
     }
 

@@ -147,6 +147,91 @@ fn an_image_column_round_trips_with_nulls_and_maps_in_parallel() {
 
 /// A PNG claiming `w` x `h` (IHDR), with a tiny IDAT and IEND: valid
 /// chunks and CRCs, far fewer pixels than it claims.
+#[test]
+fn a_decode_spec_gives_the_values_of_its_steps_one_after_another() {
+    let rgb = photo(96, 64);
+    let gray = image::DynamicImage::ImageRgb8(rgb.clone()).to_luma8();
+    let rgba = image::DynamicImage::ImageRgb8(rgb.clone()).to_rgba8();
+    let mut files = vec![
+        encoded(&rgb, image::ImageFormat::Png),
+        encoded(&rgb, image::ImageFormat::Jpeg),
+    ];
+    for img in [
+        image::DynamicImage::ImageLuma8(gray),
+        image::DynamicImage::ImageRgba8(rgba),
+    ] {
+        let mut out = Cursor::new(Vec::new());
+        img.write_to(&mut out, image::ImageFormat::Png)
+            .expect("png");
+        files.push(out.into_inner());
+    }
+    let resizes = [
+        None,
+        Some(Resize::To {
+            width: 40,
+            height: 30,
+            filter: Filter::Bilinear,
+        }),
+        Some(Resize::Fit {
+            max_side: 50,
+            filter: Filter::Lanczos3,
+        }),
+    ];
+    for (i, bytes) in files.iter().enumerate() {
+        for mode in [None, Some(Mode::L), Some(Mode::Rgb), Some(Mode::Rgba)] {
+            for resize in resizes {
+                let spec = DecodeSpec {
+                    mode,
+                    resize,
+                    ..DecodeSpec::default()
+                };
+                // The steps as separate calls: decode, convert, resize.
+                let natural = decode(bytes, &DecodeOptions::default()).expect("decode");
+                let converted = match mode {
+                    Some(m) => convert(natural.view(), m).expect("convert"),
+                    None => natural,
+                };
+                let want = match resize {
+                    None => converted,
+                    Some(Resize::To {
+                        width,
+                        height,
+                        filter,
+                    }) => super::resize(converted.view(), width, height, filter).expect("resize"),
+                    Some(Resize::Fit { max_side, filter }) => {
+                        resize_to_fit(converted.view(), max_side, filter).expect("fit")
+                    }
+                };
+                let got = spec.apply(bytes).expect("spec");
+                assert_eq!(got, want, "file {i}, {spec:?}");
+                assert_eq!(
+                    DecodeSpec::from_name(&spec.name()),
+                    Some(spec),
+                    "{}",
+                    spec.name()
+                );
+            }
+        }
+    }
+    let thumb = DecodeSpec {
+        max_pixels: 1000,
+        ..DecodeSpec::thumbnail(128)
+    };
+    assert_eq!(DecodeSpec::from_name(&thumb.name()), Some(thumb));
+    assert!(thumb.apply(&files[0]).is_err(), "96x64 is over 1000 pixels");
+    for bad in [
+        "image_decode[]",
+        "image_decode[mode=CMYK]",
+        "image_decode[resize=0x10/bilinear]",
+        "image_decode[fit=10/box]",
+        "image_decode[mode=RGB",
+        "image_decoder",
+        "image_decode[x=1]",
+    ] {
+        assert_eq!(DecodeSpec::from_name(bad), None, "{bad}");
+    }
+}
+
 fn png_claiming(w: u32, h: u32) -> Vec<u8> {
     let mut ihdr = Vec::new();
     ihdr.extend_from_slice(&w.to_be_bytes());
