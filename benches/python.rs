@@ -341,6 +341,13 @@ fn i_ratios(records: &[Value]) -> serde_json::Map<String, Value> {
         );
     }
     out.insert(
+        "I_udfchain_loader_over_pillow_dataset_2_workers".into(),
+        json!(div(
+            r("udfchain-py", "loader"),
+            r("pillow-dataset", "2-workers")
+        )),
+    );
+    out.insert(
         "I_udfchain_pillow_over_datachain_best".into(),
         json!(div(r("udfchain-py", "pillow"), r("datachain", "best"))),
     );
@@ -362,7 +369,8 @@ fn i_ratios(records: &[Value]) -> serde_json::Map<String, Value> {
 /// fitted) against a full decode + resize of the same files.
 fn i_bound(dir: &FsPath, sample: usize) -> Value {
     use udfchain::udfs::builtins::image::{
-        DecodeOptions, Filter, Format, Image, Mode, decode, encode, resize, resize_to_fit,
+        DecodeOptions, Filter, Format, Image, MAX_IMAGE_PIXELS, Mode, TensorShape, decode,
+        decode_to_tensor, encode, resize, resize_to_fit,
     };
     let mut names: Vec<PathBuf> = std::fs::read_dir(dir)
         .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
@@ -392,6 +400,14 @@ fn i_bound(dir: &FsPath, sample: usize) -> Value {
     let per_image = best(&|d| {
         let img = decode(d, &rgb).expect("decode");
         std::hint::black_box(resize(img.view(), I_SIZE, I_SIZE, Filter::Bilinear).expect("resize"));
+    });
+    // The loader's `with_images` kernel (a size-hinted decode into a tensor
+    // block), one image at a time.
+    let shape = TensorShape::new(I_SIZE, I_SIZE, Mode::Rgb).expect("shape");
+    let loader_per_image = best(&|d| {
+        std::hint::black_box(
+            decode_to_tensor(&[Some(d)], &shape, MAX_IMAGE_PIXELS).expect("tensor"),
+        );
     });
     // 4000x3000 photo-like JPEGs: gradients and a texture.
     let big: Vec<Vec<u8>> = (0..3u32)
@@ -440,6 +456,7 @@ fn i_bound(dir: &FsPath, sample: usize) -> Value {
     json!({
         "workload": "I", "bound": true, "sample_files": datas.len(),
         "native_cpu_s_per_image": per_image, "cores": cores,
+        "loader_cpu_s_per_image": loader_per_image,
         "bound_files_per_s": cores / per_image,
         "thumbnail_source": "4000x3000 JPEG", "full_decode_s": full, "thumbnail_s": thumb,
         "thumbnail_speedup": full / thumb,

@@ -63,6 +63,13 @@ CONFIGS = {
         "native-expr": {"I": {"path": "expr"}},
         "native-best": {"I": {"path": "expr", "prefetch": 64}},
         "pillow": {"I": {"path": "pillow"}},
+        # I's training loader: decoded 224x224 batches from the local JPEGs.
+        "loader": {"I": {"path": "loader"}},
+    },
+    # I's loader peer: a torchvision-style Dataset (Pillow decode + RGB +
+    # resize per item) in 2 worker processes batching for a Python loop.
+    "pillow-dataset": {
+        "2-workers": {"I": {"workers": 2}},
     },
     "datachain": {
         "defaults": {"A": {}, "C": {}, "M": {}, "I": {}},
@@ -167,6 +174,8 @@ def run_udfchain_i(config: dict) -> list:
     import udfchain as uc
     import udfs
 
+    if config["path"] == "loader":
+        return run_loader_i()
     src, path = uri("I"), config["path"]
     storage = udfchain_storage() if src.startswith("s3://") else None
     if path == "pillow":
@@ -274,7 +283,80 @@ def run_daft(config: dict, workload: str) -> list:
     return df.select("out").to_pydict()["out"]
 
 
-RUNNERS = {"udfchain-py": run_udfchain, "datachain": run_datachain, "daft": run_daft}
+I_BATCH = 32
+
+
+def run_loader_i() -> list:
+    """I's loader row: `uc.Loader` over the local JPEGs with `with_images`
+    (224x224 RGB, decoded on the engine's threads partitions ahead), a
+    Python loop taking each batch's (N, H, W, C) array; the mean per image."""
+    import udfchain as uc
+
+    chain = uc.read_storage(env("UDFCHAIN_BENCH_M_DIR").rstrip("/") + "/")
+    loader = uc.Loader(chain, batch_size=I_BATCH, with_images={"size": (I_SIZE, I_SIZE)})
+    values = []
+    for batch in loader:
+        images = batch["image"]
+        values.extend(float(m) for m in images.reshape(len(images), -1).mean(axis=1))
+    return values
+
+
+def _pillow_item(path: str):
+    """A torchvision-style `Dataset.__getitem__`: Pillow decode, RGB, resize."""
+    import numpy as np
+    from PIL import Image
+
+    with Image.open(path) as im:
+        return np.asarray(im.convert("RGB").resize((I_SIZE, I_SIZE), Image.BILINEAR))
+
+
+def _pillow_batch(paths: list):
+    """A DataLoader worker's batch: items stacked (its default collate)."""
+    import numpy as np
+
+    return np.stack([_pillow_item(p) for p in paths])
+
+
+def run_pillow_dataset(config: dict, workload: str) -> list:
+    """I's loader peer: torch's DataLoader(num_workers=2) over a Pillow
+    Dataset when torch imports; without torch the same shape of work, a
+    pool of `workers` processes making batches (decode + RGB + resize +
+    stack) that come back pickled to this loop, `workers` batches ahead."""
+    import multiprocessing as mp
+
+    d = env("UDFCHAIN_BENCH_M_DIR")
+    paths = sorted(os.path.join(d, n) for n in os.listdir(d) if n.endswith(".jpg"))
+    workers = config.get("workers", 2)
+    values = []
+
+    def take(images):
+        values.extend(float(m) for m in images.reshape(len(images), -1).mean(axis=1))
+
+    try:
+        import torch
+        from torch.utils.data import DataLoader, Dataset
+    except Exception:
+        torch = None
+    if torch is not None:
+        class Files(Dataset):
+            def __len__(self):
+                return len(paths)
+
+            def __getitem__(self, i):
+                return torch.from_numpy(_pillow_item(paths[i]).copy())
+
+        for images in DataLoader(Files(), batch_size=I_BATCH, num_workers=workers):
+            take(images.numpy())
+        return values
+    batches = [paths[i:i + I_BATCH] for i in range(0, len(paths), I_BATCH)]
+    with mp.get_context("fork").Pool(workers) as pool:
+        for images in pool.imap(_pillow_batch, batches, chunksize=1):
+            take(images)
+    return values
+
+
+RUNNERS = {"udfchain-py": run_udfchain, "datachain": run_datachain, "daft": run_daft,
+           "pillow-dataset": run_pillow_dataset}
 
 
 def one(peer: str, config: str, workload: str) -> dict:
@@ -286,6 +368,9 @@ def one(peer: str, config: str, workload: str) -> dict:
             import udfchain  # noqa: F401
         elif peer == "datachain":
             import datachain  # noqa: F401
+        elif peer == "pillow-dataset":
+            import numpy  # noqa: F401
+            import PIL  # noqa: F401
         else:
             import daft  # noqa: F401
     except Exception as e:
@@ -294,7 +379,7 @@ def one(peer: str, config: str, workload: str) -> dict:
     try:
         import importlib.metadata as md
 
-        rec["version"] = md.version({"udfchain-py": "udfchain"}.get(peer, peer))
+        rec["version"] = md.version({"udfchain-py": "udfchain", "pillow-dataset": "pillow"}.get(peer, peer))
     except Exception:
         rec["version"] = None  # imported from a source tree (no package metadata)
     if workload == "C":

@@ -48,6 +48,27 @@ fn image_dir(n: u32) -> (tempfile::TempDir, Vec<(String, Vec<u8>)>) {
     (dir, files)
 }
 
+/// The last table a script returns.
+async fn last_table(
+    r: &udfchain::ScriptRunner,
+    sql: &str,
+) -> Vec<datafusion::arrow::array::RecordBatch> {
+    let outputs = r.run(sql).await.expect("run");
+    let Some(Output::Table(batches)) = outputs.into_iter().last() else {
+        panic!("a table")
+    };
+    batches
+}
+
+/// The bytes written for the file at `path`.
+fn bytes_of<'a>(files: &'a [(String, Vec<u8>)], path: &str) -> &'a [u8] {
+    &files
+        .iter()
+        .find(|(n, _)| n == path)
+        .expect("a written file")
+        .1
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sql_decodes_resizes_and_encodes_and_skips_a_broken_file() {
     let (dir, files) = image_dir(6);
@@ -61,20 +82,14 @@ async fn sql_decodes_resizes_and_encodes_and_skips_a_broken_file() {
                 image_encode(image_center_crop(image_decode(file), 16, 16), 'png') AS png
          FROM read_storage('{d}') ORDER BY path"
     );
-    let outputs = r.run(&script).await.expect("run");
-    let Some(Output::Table(batches)) = outputs.into_iter().last() else {
-        panic!("a table")
-    };
+    let batches = last_table(&r, &script).await;
     let mut rows = 0;
     for b in &batches {
         let paths = b.column(0).as_string::<i32>();
         let small = Image::views(b.column(1).as_ref()).expect("images");
         let pngs = b.column(2).as_binary::<i32>();
         for (i, small) in small.iter().enumerate() {
-            let (_, bytes) = files
-                .iter()
-                .find(|(n, _)| n == paths.value(i))
-                .expect("a written file");
+            let bytes = bytes_of(&files, paths.value(i));
             let want = resize(
                 decode(bytes, &DecodeOptions::default())
                     .expect("decode")
@@ -122,19 +137,17 @@ async fn sql_thumbnails_fit_their_size_and_equal_the_udf_called_directly() {
     let r = runner(root.path());
     let d = dir.path().display();
     // Two sizes over one column are two nodes; one size twice is one.
-    let outputs = r
-        .run(&format!(
+    let batches = last_table(
+        &r,
+        &format!(
             "SET on_error = 'skip';
              SELECT file.path AS path, image_thumbnail(file, 20) AS t20,
                     image_thumbnail(file, 7) AS t7,
                     image_thumbnail(file, 20)['width'] AS w20
              FROM read_storage('{d}') ORDER BY path"
-        ))
-        .await
-        .expect("run");
-    let Some(Output::Table(batches)) = outputs.into_iter().last() else {
-        panic!("a table")
-    };
+        ),
+    )
+    .await;
     let mut rows = 0;
     for b in &batches {
         let paths = b.column(0).as_string::<i32>();
@@ -144,10 +157,7 @@ async fn sql_thumbnails_fit_their_size_and_equal_the_udf_called_directly() {
             .column(3)
             .as_primitive::<datafusion::arrow::datatypes::UInt32Type>();
         for i in 0..b.num_rows() {
-            let (_, bytes) = files
-                .iter()
-                .find(|(n, _)| n == paths.value(i))
-                .expect("a written file");
+            let bytes = bytes_of(&files, paths.value(i));
             for (side, got) in [(20, t20[i]), (7, t7[i])] {
                 let got = got.expect("not null").to_image();
                 // 48x32 pictures: the longer side is `side`, the mode RGB.
@@ -228,13 +238,9 @@ async fn a_rust_chain_decodes_with_prefetch_and_resizes_by_expression() {
     assert_eq!(seen, 4);
 }
 
-/// The text of a one-statement script's last table, rows joined.
+/// The text of a script's last table.
 async fn table_text(r: &udfchain::ScriptRunner, sql: &str) -> String {
-    let outputs = r.run(sql).await.expect("run");
-    let Some(Output::Table(batches)) = outputs.into_iter().last() else {
-        panic!("a table")
-    };
-    datafusion::arrow::util::pretty::pretty_format_batches(&batches)
+    datafusion::arrow::util::pretty::pretty_format_batches(&last_table(r, sql).await)
         .expect("format")
         .to_string()
 }
@@ -268,28 +274,23 @@ async fn a_decode_under_a_convert_and_a_resize_is_one_node_with_the_same_pixels(
     .await;
     assert!(plan.contains("name=image_decode,"), "{plan}");
     assert!(plan.contains("image_resize("), "{plan}");
-    let outputs = r
-        .run(&format!(
+    let batches = last_table(
+        &r,
+        &format!(
             "SET on_error = 'skip';
              SELECT file.path AS path, {fused} AS small,
                     image_resize_to_fit(image_decode(file, 'RGBA'), 16) AS fit
              FROM read_storage('{d}') ORDER BY path"
-        ))
-        .await
-        .expect("run");
-    let Some(Output::Table(batches)) = outputs.into_iter().last() else {
-        panic!("a table")
-    };
+        ),
+    )
+    .await;
     let mut rows = 0;
     for b in &batches {
         let paths = b.column(0).as_string::<i32>();
         let small = Image::views(b.column(1).as_ref()).expect("images");
         let fit = Image::views(b.column(2).as_ref()).expect("images");
         for i in 0..b.num_rows() {
-            let (_, bytes) = files
-                .iter()
-                .find(|(n, _)| n == paths.value(i))
-                .expect("a written file");
+            let bytes = bytes_of(&files, paths.value(i));
             let natural = decode(bytes, &DecodeOptions::default()).expect("decode");
             let gray = convert(natural.view(), Mode::L).expect("convert");
             let want = resize(gray.view(), 20, 10, Filter::Bilinear).expect("resize");
@@ -326,30 +327,26 @@ async fn max_image_pixels_refuses_larger_images_as_row_errors() {
     )
     .await;
     assert!(plan.contains("image_decode[max_pixels=1000]"), "{plan}");
-    let outputs = r
-        .run(&format!(
+    let batches = last_table(
+        &r,
+        &format!(
             "SET on_error = 'null';
              SELECT count(*) AS n, count(image_decode(file)) AS decoded FROM read_storage('{d}')"
-        ))
-        .await
-        .expect("run");
-    let Some(Output::Table(batches)) = outputs.into_iter().last() else {
-        panic!("a table")
-    };
+        ),
+    )
+    .await;
     let counts = batches[0]
         .column(1)
         .as_primitive::<datafusion::arrow::datatypes::Int64Type>();
     assert_eq!(counts.value(0), 0, "no image is under 1000 pixels");
-    let outputs = r
-        .run(&format!(
+    let batches = last_table(
+        &r,
+        &format!(
             "SET max_image_pixels = 1536;
              SELECT count(image_decode(file)) AS decoded FROM read_storage('{d}')"
-        ))
-        .await
-        .expect("run");
-    let Some(Output::Table(batches)) = outputs.into_iter().last() else {
-        panic!("a table")
-    };
+        ),
+    )
+    .await;
     let counts = batches[0]
         .column(0)
         .as_primitive::<datafusion::arrow::datatypes::Int64Type>();
