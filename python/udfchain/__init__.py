@@ -22,7 +22,7 @@ from ._pyarrow import pa
 from . import _internal
 from ._chain import Chain, expr
 from ._file import File
-from ._internal import UdfchainError
+from ._internal import DatasetNotFound, SettingError, StorageError, UdfchainError, UdfError
 from ._loader import Loader
 from ._chain import udf_invoker, udf_parts, processes_of
 from ._state import Aggregator, BatchMapper, Generator, Mapper
@@ -34,10 +34,14 @@ __all__ = [
     "BatchMapper",
     "C",
     "Chain",
+    "DatasetNotFound",
     "File",
     "Generator",
     "Mapper",
     "Loader",
+    "SettingError",
+    "StorageError",
+    "UdfError",
     "UdfchainError",
     "dataset_info",
     "func",
@@ -226,7 +230,7 @@ def dataset_info(name: str, version: int | None = None) -> dict:
     `created` (a UTC `datetime`), `schema` ({column: Arrow type}) and
     `sources`, what the version read: dicts `{"kind": "storage", "uri": ...}`
     and `{"kind": "dataset", "name": ..., "version": ...}` (credentials are
-    never recorded). A missing dataset or version raises `UdfchainError`."""
+    never recorded). A missing dataset or version raises `DatasetNotFound`."""
     import datetime
     import json
 

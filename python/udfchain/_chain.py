@@ -16,6 +16,7 @@ from ._pyarrow import pa
 
 from . import _internal
 from ._file import files_of, is_file_type
+from ._internal import SettingError
 from ._state import Life, Setups, _Udf, is_class_udf
 from ._udf import invoker, output_type, params_of, schema_ipc, setup_params
 from ._workers import remote
@@ -35,7 +36,7 @@ def processes_of(v) -> int | None:
         return os.cpu_count() or 1
     if isinstance(v, int) and 1 <= v <= 4096:
         return v
-    raise ValueError(f"processes must be a whole number from 1 to 4096, True or False, got {v!r}")
+    raise SettingError(f"processes must be a whole number from 1 to 4096, True or False, got {v!r}")
 
 
 def concurrency_of(v) -> int | None:
