@@ -28,6 +28,7 @@ use pyo3::prelude::*;
 fn _internal(m: &Bound<'_, PyModule>) -> PyResult<()> {
     error::add_classes(m)?;
     m.add_class::<chain::PyChain>()?;
+    m.add_class::<chain::ResultStream>()?;
     m.add_class::<expr::PyExpr>()?;
     m.add_class::<file::FileAccess>()?;
     m.add_class::<loader::PyLoader>()?;

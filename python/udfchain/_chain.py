@@ -448,10 +448,35 @@ class Chain:
     # runs
 
     def to_pyarrow(self) -> pa.Table:
+        """Runs the chain: its rows as one pyarrow Table."""
         return _table(self._c.collect())
 
+    def to_batches(self):
+        """Runs the chain, yielding its rows as pyarrow RecordBatches as the
+        engine makes them: a result of any size is read holding a few
+        batches. An error of the run is raised (of its kind's class) by the
+        iteration that meets it; leaving the loop early stops the run."""
+        for ipc in self._c.stream():
+            yield pa.ipc.open_stream(ipc).read_next_batch()
+
+    def to_reader(self):
+        """Runs the chain as a pyarrow RecordBatchReader that pulls each batch
+        from the engine when it is read (see `to_batches`)."""
+        stream = self._c.stream()
+        schema = pa.ipc.read_schema(pa.py_buffer(stream.schema()))
+
+        def batches():
+            for ipc in stream:
+                yield pa.ipc.open_stream(ipc).read_next_batch()
+
+        return pa.RecordBatchReader.from_batches(schema, batches())
+
     def __arrow_c_stream__(self, requested_schema=None):
-        return self.to_pyarrow().__arrow_c_stream__(requested_schema)
+        """The Arrow PyCapsule stream interface: `pyarrow.table(chain)`,
+        `pyarrow.RecordBatchReader.from_stream(chain)`, `polars.from_arrow(chain)`,
+        DuckDB read the chain batch by batch as it runs (see `to_reader`).
+        `requested_schema` is passed on to pyarrow's export, which casts to it."""
+        return self.to_reader().__arrow_c_stream__(requested_schema)
 
     def to_pandas(self):
         return self.to_pyarrow().to_pandas()
@@ -469,8 +494,9 @@ class Chain:
         return list(zip(*columns)) if columns else [() for _ in range(t.num_rows)]
 
     def to_iter(self, *cols):
-        """Yields rows as tuples, batch by batch (DataChain's `to_iter`)."""
-        for batch in self.to_pyarrow().to_batches():
+        """Yields rows as tuples, batch by batch as the chain runs (DataChain's
+        `to_iter`): all columns, or `cols`."""
+        for batch in self.to_batches():
             t = pa.Table.from_batches([batch])
             names = list(cols) if cols else t.column_names
             yield from zip(*[_values(_column(t, n)) for n in names])
