@@ -1,15 +1,90 @@
-"""Exceptions a user catches by kind: every engine error is a
-`udfchain.UdfchainError`, its kind a subclass."""
+"""The package as a user sees it: its public names, type information,
+`repr(chain)`, `udfchain.functions`, and exceptions caught by kind."""
 
 from __future__ import annotations
 
+import importlib.resources
+import inspect
+import sys
 from pathlib import Path
 
 import pytest
 
 import udfchain as uc
+from udfchain import functions as F
 
 from conftest import make_files
+
+
+def test_all_is_the_public_api() -> None:
+    assert sorted(uc.__all__) == sorted(set(uc.__all__))
+    for name in uc.__all__:
+        assert hasattr(uc, name), name
+        assert not name.startswith("_")
+    for private in ("udf_invoker", "udf_parts", "processes_of", "schema_ipc", "expr", "pa", "output_type"):
+        assert private not in uc.__all__
+        assert not hasattr(uc, private), private
+
+
+def test_every_public_name_has_a_docstring() -> None:
+    def documented(obj: object, where: str) -> None:
+        assert inspect.getdoc(obj), f"{where} has no docstring"
+
+    for name in uc.__all__:
+        obj = getattr(uc, name)
+        if name == "func":
+            assert obj is uc.functions
+            continue
+        documented(obj, name)
+        if inspect.isclass(obj) and obj.__module__.startswith("udfchain"):
+            for attr, member in vars(obj).items():
+                if attr.startswith("_") or not callable(member) and not isinstance(member, property):
+                    continue
+                documented(member, f"{name}.{attr}")
+    for name in F.__all__:
+        documented(getattr(F, name), f"functions.{name}")
+
+
+def test_typed_package() -> None:
+    root = importlib.resources.files("udfchain")
+    assert root.joinpath("py.typed").is_file()
+    assert root.joinpath("_internal.pyi").is_file()
+    # `settings(**kw)` is typed keyword arguments (a TypedDict), each optional.
+    assert "prefetch" in uc.Settings.__optional_keys__ and "processes" in uc.Settings.__optional_keys__
+    assert not uc.Settings.__required_keys__
+
+
+def test_functions_module_and_func_alias() -> None:
+    assert uc.func is uc.functions is sys.modules["udfchain.functions"]
+    c = uc.read_values(k=["x", "y", "x"], v=[1, 2, 3])
+    g = c.group_by(partition_by="k", n=F.count(), total=F.sum("v"), hi=F.max("v")).order_by("k")
+    assert g.collect("k", "n", "total", "hi") == [("x", 2, 4, 3), ("y", 1, 2, 2)]
+    assert c.group_by(a=uc.func.avg("v"), lo=uc.func.min("v")).collect("a", "lo") == [(2.0, 1)]
+
+
+def test_repr_shows_the_steps(tmp_path: Path) -> None:
+    def size(file: uc.File) -> int:
+        return file.size
+
+    c = (
+        uc.read_storage(str(tmp_path), glob="*.bin")
+        .settings(prefetch=4, cache=False)
+        .filter(uc.C("file.size") > 0)
+        .map(n=size)
+        .order_by("n", descending=True)
+        .limit(3)
+    )
+    assert repr(c) == "\n".join(
+        [
+            f"Chain(read_storage({str(tmp_path)!r}, glob='*.bin')",
+            "  .settings(prefetch=4, cache=False)",
+            f"  .filter({uc.C('file.size') > 0!r})",
+            "  .map(n=size)",
+            "  .order_by('n', descending=True)",
+            "  .limit(3))",
+        ]
+    )
+    assert repr(uc.query("SELECT 1 AS x")) == "Chain(query('SELECT 1 AS x'))"
 
 
 def test_errors_by_kind(tmp_path: Path) -> None:
