@@ -3,7 +3,10 @@
 # The venv is $UDFCHAIN_VENV (default ~/.cache/udfchain-venv), made if missing;
 # the build reuses $CARGO_TARGET_DIR (default ~/.cache/udfchain-target, as
 # .ci/run), so after `cargo test --workspace` it compiles only the bindings.
-# Exit status: pytest's, except that "no tests ran" (5) is a failure.
+# Then `mypy --strict` over the package, its tests and examples/python
+# (python/pyproject.toml's [tool.mypy]); a type error fails the script too.
+# Exit status: pytest's (or mypy's when pytest passed), except that "no tests
+# ran" (5) is a failure.
 # The model and image tests use Pillow, numpy, onnx and onnxruntime (CPU) from PyPI;
 # the browser test (test_ui_browser.py) the `playwright` package, driving the
 # system Chromium (`apt-get install chromium`; no browser is downloaded).
@@ -13,7 +16,7 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/udfchain-target}"
 venv="${UDFCHAIN_VENV:-$HOME/.cache/udfchain-venv}"
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 "$venv/bin/pip" install -q --disable-pip-version-check maturin pytest pyarrow pandas "moto[server]" \
-    pillow numpy onnx onnxruntime playwright
+    pillow numpy onnx onnxruntime playwright mypy
 export VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH"
 maturin develop -q -m python/Cargo.toml
 status=0
@@ -22,4 +25,6 @@ if [ "$status" -eq 5 ]; then
     echo "python/test.sh: pytest collected no tests" >&2
     exit 1
 fi
+echo "== mypy --strict (python/udfchain, python/tests, examples/python)"
+(cd python && python -m mypy --strict) || { [ "$status" -ne 0 ] || status=1; }
 exit "$status"

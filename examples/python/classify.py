@@ -47,7 +47,7 @@ class Classify(uc.BatchMapper):
         self.model_path = model_path
         self.loads_log = loads_log
 
-    def setup(self):
+    def setup(self) -> None:
         if self.loads_log:  # one line per load, to check "once per worker"
             with open(self.loads_log, "a") as f:
                 f.write(f"{os.getpid()}\n")
@@ -64,11 +64,11 @@ class Classify(uc.BatchMapper):
         cls, score = tiny_cnn.top1(self.session, np.stack(rows))
         return [{"cls": int(c), "score": float(s)} for c, s in zip(cls, score)]
 
-    def teardown(self):
+    def teardown(self) -> None:
         self.session = None
 
 
-def check(rows: list, expected_files: int | None, loads: int, workers: int) -> list[str]:
+def check(rows: list[tuple[str, Label | None]], expected_files: int | None, loads: int, workers: int) -> list[str]:
     """What is wrong with the output, if anything."""
     problems = []
     if expected_files is not None and len(rows) != expected_files:

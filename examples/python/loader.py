@@ -30,6 +30,8 @@ import json
 import queue
 import sys
 import threading
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pyarrow.flight as flight
 
@@ -44,7 +46,7 @@ MAX_MESSAGE_BYTES = 16 << 20
 class FlightLoader:
     """Iterates epochs of a `udfchain serve` flight, `prefetch` partitions ahead."""
 
-    def __init__(self, location, request, prefetch=2):
+    def __init__(self, location: str, request: dict[str, Any], prefetch: int = 2) -> None:
         if prefetch < 0:
             raise ValueError("prefetch must be >= 0")
         self.location = location
@@ -52,7 +54,7 @@ class FlightLoader:
         self.prefetch = prefetch
         self.partitions_read = 0
 
-    def plan(self, epoch=0, client=None):
+    def plan(self, epoch: int = 0, client: Any = None) -> Any:
         """The epoch's FlightInfo: one endpoint per partition, in reading order."""
         request = dict(self.request, epoch=epoch)
         if "prefetch_partitions" not in request:
@@ -62,7 +64,7 @@ class FlightLoader:
         descriptor = flight.FlightDescriptor.for_command(json.dumps(request))
         return client.get_flight_info(descriptor)
 
-    def partitions(self, epoch=0):
+    def partitions(self, epoch: int = 0) -> Iterator[Any]:
         """Yields each partition of the epoch as a pyarrow.Table, in order."""
         client = flight.connect(self.location)
         info = self.plan(epoch, client)
@@ -73,10 +75,10 @@ class FlightLoader:
                 self.partitions_read += 1
                 yield table
             return
-        ahead = queue.Queue(maxsize=self.prefetch)
+        ahead: queue.Queue[Any] = queue.Queue(maxsize=self.prefetch)
         stop = threading.Event()
 
-        def fetch():
+        def fetch() -> None:
             try:
                 for endpoint in endpoints:
                     if stop.is_set():
@@ -106,7 +108,7 @@ class FlightLoader:
         finally:
             stop.set()
 
-    def epoch(self, epoch=0):
+    def epoch(self, epoch: int = 0) -> Iterator[Any]:
         """Yields the epoch's record batches, in order."""
         for table in self.partitions(epoch):
             yield from table.to_batches()
@@ -119,7 +121,7 @@ except ImportError:  # torch is optional
 
 if _torch_data is not None:
 
-    class TorchIterableDataset(_torch_data.IterableDataset):
+    class TorchIterableDataset(_torch_data.IterableDataset):  # type: ignore[misc]  # torch is untyped here
         """A PyTorch IterableDataset of record batches (or of `transform(batch)`).
 
         Each DataLoader worker reads its own share: the request gets
@@ -127,7 +129,9 @@ if _torch_data is not None:
         each epoch (`dataset.epoch = e`) for a new shuffle order.
         """
 
-        def __init__(self, location, request, prefetch=2, transform=None):
+        def __init__(
+            self, location: str, request: dict[str, Any], prefetch: int = 2, transform: Callable[[Any], Any] | None = None
+        ) -> None:
             super().__init__()
             self.location = location
             self.request = dict(request)
@@ -135,7 +139,7 @@ if _torch_data is not None:
             self.transform = transform
             self.epoch = 0
 
-        def __iter__(self):
+        def __iter__(self) -> Iterator[Any]:
             request = dict(self.request)
             info = _torch_data.get_worker_info()
             if info is not None:
@@ -146,7 +150,7 @@ if _torch_data is not None:
                 yield self.transform(batch) if self.transform else batch
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("location", help="e.g. grpc://127.0.0.1:50051")
     p.add_argument("request", help='JSON, e.g. {"dataset": "items"}')
@@ -156,13 +160,13 @@ def main(argv=None):
     args = p.parse_args(argv)
     loader = FlightLoader(args.location, json.loads(args.request), args.prefetch)
     rows = batches = 0
-    values = []
+    values: list[Any] = []
     for batch in loader.epoch(args.epoch):
         rows += batch.num_rows
         batches += 1
         if args.column:
             values.extend(batch.column(args.column).to_pylist())
-    summary = {"rows": rows, "batches": batches, "partitions": loader.partitions_read}
+    summary: dict[str, Any] = {"rows": rows, "batches": batches, "partitions": loader.partitions_read}
     if args.column:
         summary["values"] = values
         summary["checksum"] = sum(v for v in values if v is not None)

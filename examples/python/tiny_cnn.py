@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 import numpy as np
 
@@ -47,11 +48,12 @@ MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32).reshape(3, 1, 1)
 STD = np.array([0.229, 0.224, 0.225], dtype=np.float32).reshape(3, 1, 1)
 
 
-def _features_proto(rng):
+def _features_proto(rng: np.random.Generator) -> tuple[list[Any], list[Any]]:
     """The network up to the pooled features `flat` [N, 64], and its initializers."""
     from onnx import numpy_helper, helper
 
-    inits, nodes = [], []
+    inits: list[Any] = []
+    nodes: list[Any] = []
     prev, x = 3, INPUT
     for i, ch in enumerate(CHANNELS):
         fan_in = prev * 3 * 3
@@ -67,7 +69,7 @@ def _features_proto(rng):
     return nodes, inits
 
 
-def _model(nodes, inits, output: str, width: int):
+def _model(nodes: list[Any], inits: list[Any], output: str, width: int) -> Any:
     import onnx
     from onnx import TensorProto, helper
 
@@ -85,7 +87,7 @@ def _model(nodes, inits, output: str, width: int):
     return model
 
 
-def model_proto():
+def model_proto() -> Any:
     """The model as an `onnx.ModelProto` (checked by `onnx.checker`).
 
     An untrained net's pooled features are much alike from image to image
@@ -118,19 +120,19 @@ def model_proto():
     return _model(nodes, inits, OUTPUT, CLASSES)
 
 
-def build(path) -> str:
+def build(path: str | os.PathLike[str]) -> str:
     """Writes the model to `path` (atomically: a temp file, then a rename) and returns the path."""
     import onnx
 
-    path = os.fspath(path)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
+    out = os.fspath(path)
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    tmp = f"{out}.{os.getpid()}.tmp"
     onnx.save(model_proto(), tmp)
-    os.replace(tmp, path)
-    return path
+    os.replace(tmp, out)
+    return out
 
 
-def load(path):
+def load(path: str | os.PathLike[str]) -> Any:
     """An `onnxruntime.InferenceSession` of the model at `path`, CPU only, with
     one intra-op thread.
 
@@ -150,14 +152,15 @@ def load(path):
     return ort.InferenceSession(os.fspath(path), sess_options=opts, providers=["CPUExecutionProvider"])
 
 
-def preprocess(image) -> np.ndarray:
+def preprocess(image: Any) -> np.ndarray:
     """A PIL image as the model's input row: RGB, resized to 224x224
     (bilinear), float32 CHW in [0, 1], normalized by ImageNet's mean and std."""
     from PIL import Image
 
-    im = image.convert("RGB").resize((SIZE, SIZE), Image.BILINEAR)
+    im = image.convert("RGB").resize((SIZE, SIZE), Image.Resampling.BILINEAR)
     x = np.asarray(im, dtype=np.float32).transpose(2, 0, 1) * np.float32(1 / 255)
-    return (x - MEAN) / STD
+    out: np.ndarray = (x - MEAN) / STD
+    return out
 
 
 def decode(data: bytes) -> np.ndarray:
@@ -170,7 +173,7 @@ def decode(data: bytes) -> np.ndarray:
         return preprocess(im)
 
 
-def top1(session, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def top1(session: Any, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(classes, scores) of a batch (N, 3, 224, 224) in one call of the model."""
     probs = session.run([OUTPUT], {INPUT: np.ascontiguousarray(batch, dtype=np.float32)})[0]
     cls = probs.argmax(axis=1)
@@ -180,10 +183,10 @@ def top1(session, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 # ---------------------------------------------------------------------------
 # Photo-like test images (no data set to download)
 
-_FIELDS: dict = {}
+_FIELDS: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
 
 
-def _fields(width: int, height: int):
+def _fields(width: int, height: int) -> tuple[np.ndarray, np.ndarray]:
     """A texture (noise at 1/4 scale, upsampled: foliage, fabric) and a fine
     noise (sensor grain) field, 64 px larger than the image, made once per
     process; each image takes crops of them at its own offsets."""
@@ -194,8 +197,8 @@ def _fields(width: int, height: int):
         rng = np.random.default_rng(12345)
         h, w = height + 64, width + 64
         small = rng.standard_normal((h // 4, w // 4, 3)).astype(np.float32)
-        small = Image.fromarray((small * 40 + 128).clip(0, 255).astype(np.uint8))
-        tex = np.asarray(small.resize((w, h), Image.BICUBIC), np.float32) - 128
+        noise = Image.fromarray((small * 40 + 128).clip(0, 255).astype(np.uint8))
+        tex = np.asarray(noise.resize((w, h), Image.Resampling.BICUBIC), np.float32) - 128
         fine = rng.standard_normal((h, w, 3)).astype(np.float32)
         f = _FIELDS[(width, height)] = (tex, fine)
     return f
@@ -232,7 +235,7 @@ def synthetic_photo(i: int, width: int = 640, height: int = 480, quality: int = 
     return out.getvalue()
 
 
-def _write_range(args) -> int:
+def _write_range(args: tuple[str | os.PathLike[str], int, int, int, int]) -> int:
     d, start, stop, width, height = args
     total = 0
     for i in range(start, stop):
@@ -243,7 +246,7 @@ def _write_range(args) -> int:
     return total
 
 
-def write_jpegs(d, n: int, width: int = 640, height: int = 480, processes: int = 1) -> int:
+def write_jpegs(d: str | os.PathLike[str], n: int, width: int = 640, height: int = 480, processes: int = 1) -> int:
     """Writes `synthetic_photo(i)` for i < n as `d/img00000.jpg`.. (in
     `processes` spawned processes when > 1); returns the bytes written."""
     d = os.fspath(d)

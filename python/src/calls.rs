@@ -5,8 +5,9 @@
 //! query still wants it (a call queued behind a dropped query never starts);
 //! [`shutdown`], run by `atexit`, refuses new calls and waits (bounded) for the
 //! running ones to return, so no engine thread touches the interpreter while
-//! it finalizes (CPython would end such a thread with `pthread_exit` inside
-//! Rust frames, which crashes the process: Ctrl-C then exit did, before this).
+//! it finalizes (CPython ends a thread that takes the GIL then with
+//! `pthread_exit` inside Rust frames, which would crash the process, e.g. at
+//! an exit right after Ctrl-C stopped a run).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};

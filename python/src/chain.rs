@@ -7,13 +7,16 @@
 //! (see `runtime::wait`); settings are set by name from text with
 //! `Settings::set`, so Python accepts and refuses exactly what `SET` does.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
+use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::Field;
 use datafusion::common::JoinType;
 use datafusion::datasource::{MemTable, provider_as_source};
 use datafusion::logical_expr::LogicalPlanBuilder;
-use pyo3::exceptions::PyValueError;
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use pyo3::exceptions::{PyStopIteration, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use udfchain::{Chain, Diff, Session, Settings, Udf};
@@ -21,7 +24,7 @@ use udfchain::{Chain, Diff, Session, Settings, Udf};
 use crate::arrow::{from_ipc, to_ipc};
 use crate::error::to_py;
 use crate::expr::PyExpr;
-use crate::runtime::{engine, wait};
+use crate::runtime::{drop_in_runtime, engine, wait};
 use crate::udf::{InvokerInfo, PyUdf};
 
 #[pyclass(frozen, name = "Chain", module = "udfchain._internal")]
@@ -368,6 +371,28 @@ impl PyChain {
         Ok(bytes(py, to_ipc(&schema, &batches).map_err(to_py)?))
     }
 
+    /// Runs the chain as a stream: its batches as they come, pulled from
+    /// the engine as the reader asks (see [`ResultStream`]). Waits for the
+    /// first batch, whose schema the stream declares.
+    fn stream(&self, py: Python<'_>) -> PyResult<ResultStream> {
+        let c = self.chain.clone();
+        let (schema, first, rest) = wait(py, async move {
+            let mut s = c.stream().await?;
+            let first = s.next().await.transpose()?;
+            let schema = match &first {
+                Some(b) => b.schema(),
+                None => Arc::new(c.logical_plan().await?.schema().as_arrow().clone()),
+            };
+            Ok::<_, udfchain::Error>((schema, first, s))
+        })?
+        .map_err(to_py)?;
+        Ok(ResultStream {
+            schema: to_ipc(&schema, &[]).map_err(to_py)?,
+            first: Mutex::new(first),
+            rest: Mutex::new(Some(rest)),
+        })
+    }
+
     fn count(&self, py: Python<'_>) -> PyResult<usize> {
         let c = self.chain.clone();
         wait(py, async move { c.count().await })?.map_err(to_py)
@@ -443,6 +468,77 @@ impl PyChain {
     fn to_parquet(&self, py: Python<'_>, uri: String) -> PyResult<()> {
         let c = self.chain.clone();
         wait(py, async move { c.to_parquet(&uri).await })?.map_err(to_py)
+    }
+}
+
+type Batches = BoxStream<'static, udfchain::Result<RecordBatch>>;
+
+/// A chain's result as it runs: an iterator of Arrow IPC streams of one
+/// batch each (`udfchain.Chain.__arrow_c_stream__` hands them to pyarrow as a
+/// `RecordBatchReader`, which exports the Arrow C stream interface).
+///
+/// Guarantees: a batch is computed when the reader asks for it and not
+/// before (beyond what the engine's operators buffer), so memory holds a few
+/// batches whatever the result's size; each `next()` waits with the GIL
+/// released and stops at Ctrl-C, which ends the stream; an error of the run
+/// is raised by the `next()` that meets it (of its kind's class, see
+/// `error.rs`) and ends the stream; dropping the stream (or abandoning it
+/// unread) cancels the run, its UDF calls and downloads.
+#[pyclass(frozen, module = "udfchain._internal")]
+pub struct ResultStream {
+    /// The IPC schema message of every batch.
+    schema: Vec<u8>,
+    /// The batch read to learn the schema, until `next()` hands it out.
+    first: Mutex<Option<RecordBatch>>,
+    /// `None` once ended (by its end, an error or Ctrl-C) or while a `next()` waits.
+    rest: Mutex<Option<Batches>>,
+}
+
+fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[pymethods]
+impl ResultStream {
+    /// The schema of every batch, as an IPC stream without batches.
+    fn schema<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, &self.schema)
+    }
+
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    /// The next batch as an IPC stream; `StopIteration` at the end.
+    fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let batch = match locked(&self.first).take() {
+            Some(b) => b,
+            None => {
+                let Some(mut rest) = locked(&self.rest).take() else {
+                    return Err(PyStopIteration::new_err(()));
+                };
+                // A Ctrl-C here drops the stream: the run ends with it.
+                let (item, rest) = wait(py, async move { (rest.next().await, rest) })?;
+                match item {
+                    None => return Err(PyStopIteration::new_err(())),
+                    Some(Err(e)) => return Err(to_py(e)),
+                    Some(Ok(b)) => {
+                        *locked(&self.rest) = Some(rest);
+                        b
+                    }
+                }
+            }
+        };
+        let ipc = to_ipc(&batch.schema(), std::slice::from_ref(&batch)).map_err(to_py)?;
+        Ok(PyBytes::new(py, &ipc))
+    }
+}
+
+impl Drop for ResultStream {
+    fn drop(&mut self) {
+        if let Some(rest) = locked(&self.rest).take() {
+            drop_in_runtime(rest);
+        }
     }
 }
 

@@ -15,6 +15,10 @@ use pyo3::prelude::*;
 use pyo3::pyclass::CompareOp;
 use pyo3::types::{PyBool, PyBytes, PyFloat, PyInt, PyString};
 
+/// An expression over a chain's columns (`udfchain.C("file.size") > 0`):
+/// combined with `<`, `==`, `+`, `*`, `&` (and), `|` (or), `~` (not), ...;
+/// a Python value on the other side is a literal. Nothing is computed until
+/// the chain runs.
 #[pyclass(frozen, from_py_object, name = "Expr", module = "udfchain._internal")]
 #[derive(Clone)]
 pub struct PyExpr {
@@ -155,10 +159,12 @@ impl PyExpr {
         PyExpr::of(-self.expr.clone())
     }
 
+    /// True where the value is null.
     fn is_null(&self) -> PyExpr {
         PyExpr::of(self.expr.clone().is_null())
     }
 
+    /// True where the value is not null.
     fn is_not_null(&self) -> PyExpr {
         PyExpr::of(self.expr.clone().is_not_null())
     }
@@ -168,10 +174,12 @@ impl PyExpr {
         PyExpr::of(self.expr.clone().like(lit(pattern)))
     }
 
+    /// The same expression, its column named `name`.
     fn alias(&self, name: &str) -> PyExpr {
         PyExpr::of(self.expr.clone().alias(name))
     }
 
+    /// Sorted ascending in `order_by` (the default).
     fn asc(&self) -> PyExpr {
         Self {
             ascending: true,
@@ -179,6 +187,7 @@ impl PyExpr {
         }
     }
 
+    /// Sorted descending in `order_by`.
     fn desc(&self) -> PyExpr {
         Self {
             ascending: false,

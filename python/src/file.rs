@@ -20,7 +20,7 @@ use tokio::runtime::Handle;
 use udfchain::udfs::{File, FileSource, UdfError};
 
 use crate::calls::Abandon;
-use crate::error::to_py;
+use crate::error::{Kind, raise};
 
 /// The `File` fields in the order Python passes them.
 pub type FileFields = (
@@ -86,7 +86,10 @@ impl FileAccess {
         read: impl Future<Output = Result<Bytes, UdfError>> + Send,
     ) -> PyResult<Bound<'py, PyBytes>> {
         self.check()?;
-        let bytes = py.detach(|| self.handle.block_on(read)).map_err(to_py)?;
+        // A read that fails is a storage error, whatever the source's type says.
+        let bytes = py
+            .detach(|| self.handle.block_on(read))
+            .map_err(|e| raise(Kind::Storage, e.to_string()))?;
         Ok(PyBytes::new(py, &bytes))
     }
 }

@@ -26,8 +26,9 @@ use pyo3::prelude::*;
 
 #[pymodule]
 fn _internal(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add("UdfchainError", m.py().get_type::<error::UdfchainError>())?;
+    error::add_classes(m)?;
     m.add_class::<chain::PyChain>()?;
+    m.add_class::<chain::ResultStream>()?;
     m.add_class::<expr::PyExpr>()?;
     m.add_class::<file::FileAccess>()?;
     m.add_class::<loader::PyLoader>()?;

@@ -77,3 +77,16 @@ where
         })
     })
 }
+
+/// Drops `value` (a running query's stream) inside the runtime's context,
+/// so that what its drop aborts or hands to the runtime finds the runtime,
+/// whichever thread drops it (the one that lets go of the last reference).
+pub fn drop_in_runtime<T>(value: T) {
+    match runtime() {
+        Ok(rt) => {
+            let _entered = rt.enter();
+            drop(value);
+        }
+        Err(_) => drop(value),
+    }
+}

@@ -4,10 +4,11 @@ import hashlib
 import os
 
 import pytest
+from pathlib import Path
 
 
 @pytest.fixture(autouse=True)
-def root(tmp_path, monkeypatch):
+def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Datasets, caches and temp dirs of each test under its own root."""
     r = tmp_path / "root"
     r.mkdir()
@@ -15,10 +16,10 @@ def root(tmp_path, monkeypatch):
     return r
 
 
-def make_files(d, n, size=1000):
+def make_files(d: Path, n: int, size: int = 1000) -> dict[str, bytes]:
     """n files f000.bin.. whose bytes depend on their index; {name: bytes}."""
     d.mkdir(parents=True, exist_ok=True)
-    out = {}
+    out: dict[str, bytes] = {}
     for i in range(n):
         data = bytes((i * 7 + j) % 251 for j in range(size + i))
         (d / f"f{i:03}.bin").write_bytes(data)
@@ -27,7 +28,7 @@ def make_files(d, n, size=1000):
 
 
 @pytest.fixture
-def files(tmp_path):
+def files(tmp_path: Path) -> tuple[Path, dict[str, bytes]]:
     d = tmp_path / "data"
     return d, make_files(d, 12)
 
@@ -36,7 +37,7 @@ def sha(b: bytes) -> str:
     return hashlib.sha256(b).hexdigest()
 
 
-def temp_dirs(root):
+def temp_dirs(root: Path) -> list[str]:
     """The per-UDF temp dirs left under a root (none once a run has ended)."""
     t = root / "tmp"
     return sorted(os.listdir(t)) if t.exists() else []

@@ -5,13 +5,14 @@ import pyarrow as pa
 import pytest
 
 import udfchain as uc
+from pathlib import Path
 
 
-def nums():
+def nums() -> uc.Chain:
     return uc.read_values(num=[3, 1, 2, 5, 4], name=["c", "a", "b", "e", "d"])
 
 
-def test_relational_steps():
+def test_relational_steps() -> None:
     c = nums()
     assert c.count() == 5
     assert c.filter(uc.C("num") > 2).order_by("num").collect("num") == [3, 4, 5]
@@ -25,7 +26,7 @@ def test_relational_steps():
     assert rows[0] == (1, "a")
 
 
-def test_group_by_and_join():
+def test_group_by_and_join() -> None:
     c = uc.read_values(k=["x", "y", "x", "x"], v=[1, 2, 3, 4])
     g = c.group_by(partition_by="k", n=uc.func.count(), total=uc.func.sum("v")).order_by("k")
     assert g.collect("k", "n", "total") == [("x", 3, 8), ("y", 1, 2)]
@@ -34,7 +35,7 @@ def test_group_by_and_join():
     assert j.collect("v", "label") == [(1, "ex"), (2, "why"), (3, "ex"), (4, "ex")]
 
 
-def test_runs_to_arrow():
+def test_runs_to_arrow() -> None:
     c = nums()
     t = c.to_pyarrow()
     assert t.num_rows == 5 and t.column_names == ["num", "name"]
@@ -45,7 +46,7 @@ def test_runs_to_arrow():
     assert "num" in c.explain()
 
 
-def test_to_pandas_with_pandas_installed(files):
+def test_to_pandas_with_pandas_installed(files: tuple[Path, dict[str, bytes]]) -> None:
     pd = pytest.importorskip("pandas", reason="pandas is not installed (python/test.sh installs it)")
     df = nums().order_by("num").to_pandas()
     assert isinstance(df, pd.DataFrame)
@@ -56,13 +57,13 @@ def test_to_pandas_with_pandas_installed(files):
     assert [f["size"] for f in frame["file"]] == [len(data[k]) for k in sorted(data)]
 
 
-def test_show(capsys):
+def test_show(capsys: pytest.CaptureFixture[str]) -> None:
     nums().order_by("num").show(2)
     out = capsys.readouterr().out
     assert "| 1" in out and "| 2" in out and "| 3" not in out
 
 
-def test_save_and_versions(root):
+def test_save_and_versions(root: Path) -> None:
     nums().save("numbers")
     nums().filter(uc.C("num") > 3).save("numbers")
     assert (root / "catalog.db").exists() or any(root.iterdir())
@@ -72,7 +73,7 @@ def test_save_and_versions(root):
     assert sorted(saved.collect("num")) == [1, 2, 3, 4, 5]
 
 
-def test_file_sources(tmp_path):
+def test_file_sources(tmp_path: Path) -> None:
     csv = tmp_path / "a.csv"
     csv.write_text("x,y\n1,one\n2,two\n")
     assert uc.read_csv(str(csv)).order_by("x").collect("y") == ["one", "two"]
@@ -84,11 +85,11 @@ def test_file_sources(tmp_path):
     assert sorted(uc.read_parquet(str(pq)).collect("num")) == [1, 2, 3, 4, 5]
 
 
-def test_settings_refused_as_set_refuses():
+def test_settings_refused_as_set_refuses() -> None:
     with pytest.raises(uc.UdfchainError, match="did you mean prefetch"):
-        nums().settings(prefech=4)
+        nums().settings(prefech=4)  # type: ignore[call-arg]
     with pytest.raises(uc.UdfchainError, match="fail, skip or null"):
-        nums().settings(on_error="retry")
+        nums().settings(on_error="retry")  # type: ignore[arg-type]
     # every setting of the Rust API is accepted by name
     nums().settings(
         prefetch="auto", cache=False, cache_limit="1g", parallel=2, workers=1, batch_size=10,
@@ -97,7 +98,7 @@ def test_settings_refused_as_set_refuses():
     )
 
 
-def test_expression_errors():
+def test_expression_errors() -> None:
     with pytest.raises(TypeError, match="truth value"):
         bool(uc.C("a") > 1)
     with pytest.raises(TypeError, match="cannot use a list"):
@@ -106,7 +107,7 @@ def test_expression_errors():
         nums().filter(uc.C("nope") > 1).count()
 
 
-def test_sql_query_run_and_registered_function(files):
+def test_sql_query_run_and_registered_function(files: tuple[Path, dict[str, bytes]]) -> None:
     d, data = files
 
     def length(file: uc.File) -> int:
@@ -119,4 +120,4 @@ def test_sql_query_run_and_registered_function(files):
     out = uc.run(f"SET prefetch = 2; CREATE DATASET lengths AS SELECT py_length(file) AS n FROM read_storage('{d}');"
                  "SELECT count(*) AS c FROM read_dataset('lengths');")
     assert isinstance(out[0], str) and isinstance(out[1], str)
-    assert out[2].column("c").to_pylist() == [len(data)]
+    assert isinstance(out[2], pa.Table) and out[2].column("c").to_pylist() == [len(data)]

@@ -8,9 +8,10 @@ import pytest
 import udfchain as uc
 
 from conftest import make_files
+from pathlib import Path
 
 
-def test_dataset_info_lists_storage_and_dataset_sources(tmp_path):
+def test_dataset_info_lists_storage_and_dataset_sources(tmp_path: Path) -> None:
     d = tmp_path / "data"
     make_files(d, 4)
     raw = uc.read_storage(str(d)).save("raw")
@@ -35,7 +36,7 @@ def test_dataset_info_lists_storage_and_dataset_sources(tmp_path):
     assert uc.dataset_info("raw")["versions"] == [1, 2]
 
 
-def test_values_have_no_source_and_a_missing_dataset_raises():
+def test_values_have_no_source_and_a_missing_dataset_raises() -> None:
     uc.read_values(n=[1, 2]).save("vals")
     assert uc.dataset_info("vals")["sources"] == []
     with pytest.raises(uc.UdfchainError, match="no dataset"):

@@ -5,13 +5,14 @@ import pytest
 
 import udfchain as uc
 from conftest import sha
+from pathlib import Path
 
 
-def ids(loader, epoch):
+def ids(loader: uc.Loader, epoch: int) -> list[int]:
     return [int(i) for b in loader.epoch_batches(epoch) for i in b["id"]]
 
 
-def test_every_row_once_per_epoch_across_workers():
+def test_every_row_once_per_epoch_across_workers() -> None:
     c = uc.read_values(id=list(range(103)))
     for epoch in (0, 1):
         seen = []
@@ -26,19 +27,19 @@ def test_every_row_once_per_epoch_across_workers():
     assert ids(one, 0) == e0  # the same (seed, epoch), the same order
 
 
-def test_dataset_with_bytes_and_transform(files):
+def test_dataset_with_bytes_and_transform(files: tuple[Path, dict[str, bytes]]) -> None:
     d, data = files
     uc.read_storage(str(d)).save("shards")
     l = uc.Loader("shards", batch_size=5, with_bytes=True, prefetch_partitions=2,
                   transform=lambda b: {"path": [f.path for f in b["file"]], "h": [sha(x) for x in b["bytes"]]})
-    got = {}
+    got: dict[str, str] = {}
     for batch in l:
         assert len(batch["path"]) <= 5
         got.update(zip(batch["path"], batch["h"]))
     assert got == {k: sha(v) for k, v in data.items()}
 
 
-def test_loader_is_a_torch_iterable_dataset_in_a_dataloader():
+def test_loader_is_a_torch_iterable_dataset_in_a_dataloader() -> None:
     torch = pytest.importorskip(
         "torch", reason="torch is not installed (its PyPI wheel and CUDA dependencies are several GB)"
     )
@@ -52,7 +53,7 @@ def test_loader_is_a_torch_iterable_dataset_in_a_dataloader():
         assert sorted(seen) == list(range(50))  # every row once across the two workers
 
 
-def test_with_images_gives_each_batch_as_one_uint8_array_equal_to_pillow(tmp_path):
+def test_with_images_gives_each_batch_as_one_uint8_array_equal_to_pillow(tmp_path: Path) -> None:
     np = pytest.importorskip("numpy")
     Image = pytest.importorskip("PIL.Image")
     d = tmp_path / "imgs"

@@ -17,29 +17,31 @@ import pytest
 
 import udfchain as uc
 from conftest import make_files
+from pathlib import Path
+from typing import Literal
 
 
 # Every UDF here is at module level: a worker imports it by module and name.
 # Setups and teardowns are counted in the file $MODELS_LOG, one line each.
 
 
-def log(event: str):
+def log(event: str) -> None:
     with open(os.environ["MODELS_LOG"], "a") as f:
         f.write(f"{event} {os.getpid()}\n")
 
 
-def events(path) -> list[tuple[str, int]]:
+def events(path: Path) -> list[tuple[str, int]]:
     if not os.path.exists(path):
         return []
     with open(path) as f:
         return [(e, int(p)) for e, p in (line.split() for line in f if line.strip())]
 
 
-def count(path, event: str) -> int:
+def count(path: Path, event: str) -> int:
     return sum(1 for e, _ in events(path) if e == event)
 
 
-def settled(path, timeout: float = 10.0) -> tuple[int, int]:
+def settled(path: Path, timeout: float = 10.0) -> tuple[int, int]:
     """(setups, teardowns) once every setup is torn down (or the timeout)."""
     deadline = time.monotonic() + timeout
     while count(path, "teardown") < count(path, "setup") and time.monotonic() < deadline:
@@ -48,7 +50,7 @@ def settled(path, timeout: float = 10.0) -> tuple[int, int]:
 
 
 @pytest.fixture
-def model_log(tmp_path, monkeypatch):
+def model_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     path = tmp_path / "models.log"
     monkeypatch.setenv("MODELS_LOG", str(path))
     uc.shutdown_workers()  # workers started now read this test's MODELS_LOG
@@ -59,12 +61,12 @@ def model_log(tmp_path, monkeypatch):
 class Size(uc.Mapper):
     """The file's size plus a bias that setup loads (and teardown drops)."""
 
-    def __init__(self, bias: int, fail_on: str | None = None):
+    def __init__(self, bias: int, fail_on: str | None = None) -> None:
         self.bias = bias
         self.fail_on = fail_on
-        self.model = None
+        self.model: dict[str, int] | None = None
 
-    def setup(self):
+    def setup(self) -> None:
         time.sleep(0.05)  # calls pile up behind a slow load
         log("setup")
         self.model = {"bias": self.bias}
@@ -72,15 +74,16 @@ class Size(uc.Mapper):
     def process(self, file: uc.File) -> int:
         if file.path == self.fail_on:
             raise ValueError(f"bad file {file.path}")
+        assert self.model is not None
         return file.size + self.model["bias"]
 
-    def teardown(self):
+    def teardown(self) -> None:
         log("teardown")
         self.model = None
 
 
 class Chunks(uc.Generator):
-    def setup(self):
+    def setup(self) -> None:
         log("setup")
         self.step = 400
 
@@ -89,12 +92,12 @@ class Chunks(uc.Generator):
         for i in range(0, len(data), self.step):
             yield len(data[i : i + self.step])
 
-    def teardown(self):
+    def teardown(self) -> None:
         log("teardown")
 
 
 class Lengths(uc.BatchMapper):
-    def setup(self):
+    def setup(self) -> None:
         log("setup")
         self.calls = 0
 
@@ -102,23 +105,23 @@ class Lengths(uc.BatchMapper):
         self.calls += 1
         return [len(f.read()) for f in file]
 
-    def teardown(self):
+    def teardown(self) -> None:
         log("teardown")
 
 
 class Total(uc.Aggregator):
-    def setup(self):
+    def setup(self) -> None:
         log("setup")
 
     def process(self, n: list[int]) -> Iterator[int]:
         yield sum(n)
 
-    def teardown(self):
+    def teardown(self) -> None:
         log("teardown")
 
 
 class BrokenSetup(uc.Mapper):
-    def setup(self):
+    def setup(self) -> None:
         log("setup")
         raise RuntimeError("weights not found at /models/missing.onnx")
 
@@ -127,14 +130,14 @@ class BrokenSetup(uc.Mapper):
 
 
 class Slow(uc.Mapper):
-    def setup(self):
+    def setup(self) -> None:
         log("setup")
 
     def process(self, file: uc.File) -> int:
         time.sleep(0.2)
         return file.size
 
-    def teardown(self):
+    def teardown(self) -> None:
         log("teardown")
 
 
@@ -155,12 +158,12 @@ class InFlight(uc.Mapper):
         return file.size
 
 
-def load_model():
+def load_model() -> dict[str, int]:
     log("setup")
     return {"bias": 1000}
 
 
-def with_model(file: uc.File, model) -> int:
+def with_model(file: uc.File, model: dict[str, int]) -> int:
     return file.size + model["bias"]
 
 
@@ -169,7 +172,7 @@ def devices(file: uc.File) -> str:
     return os.environ.get("CUDA_VISIBLE_DEVICES", "unset")
 
 
-def test_a_class_mapper_sets_up_once_across_threads_and_tears_down_once(files, model_log):
+def test_a_class_mapper_sets_up_once_across_threads_and_tears_down_once(files: tuple[Path, dict[str, bytes]], model_log: Path) -> None:
     d, data = files
     c = uc.read_storage(str(d)).settings(parallel=8, prefetch=4).map(n=Size(10))
     got = sorted(c.collect("n"))
@@ -180,7 +183,7 @@ def test_a_class_mapper_sets_up_once_across_threads_and_tears_down_once(files, m
     assert settled(model_log) == (2, 2)
 
 
-def test_each_kind_of_class_udf_runs_with_its_state(files, model_log):
+def test_each_kind_of_class_udf_runs_with_its_state(files: tuple[Path, dict[str, bytes]], model_log: Path) -> None:
     d, data = files
     c = (
         uc.read_storage(str(d))
@@ -196,22 +199,27 @@ def test_each_kind_of_class_udf_runs_with_its_state(files, model_log):
     assert settled(model_log) == (3 * 2, 3 * 2)  # collect() ran the chain twice
 
 
-def test_setup_values_reach_the_parameter_of_that_name(files, model_log):
+def test_setup_values_reach_the_parameter_of_that_name(files: tuple[Path, dict[str, bytes]], model_log: Path) -> None:
     d, data = files
     c = uc.read_storage(str(d)).setup(model=load_model).settings(parallel=4)
     got = sorted(c.map(n=with_model).collect("n"))
     assert got == sorted(len(b) + 1000 for b in data.values())
     assert count(model_log, "setup") == 1
     # Built once per process and kept: a lambda too, and later runs reuse it.
-    calls = []
-    c2 = uc.read_storage(str(d)).setup(model=lambda: calls.append(1) or {"bias": 5})
+    calls: list[int] = []
+
+    def five() -> dict[str, int]:
+        calls.append(1)
+        return {"bias": 5}
+
+    c2 = uc.read_storage(str(d)).setup(model=lambda: five())
     c2 = c2.map(n=with_model)
     assert sorted(c2.collect("n")) == sorted(len(b) + 5 for b in data.values())
     assert c2.count() == len(data)
     assert calls == [1]
 
 
-def test_a_udf_error_still_tears_down_once(files, model_log):
+def test_a_udf_error_still_tears_down_once(files: tuple[Path, dict[str, bytes]], model_log: Path) -> None:
     d, _ = files
     c = uc.read_storage(str(d)).settings(parallel=4).map(n=Size(1, fail_on="f005.bin"))
     with pytest.raises(uc.UdfchainError, match="bad file f005.bin"):
@@ -221,7 +229,7 @@ def test_a_udf_error_still_tears_down_once(files, model_log):
 
 @pytest.mark.parametrize("on_error", ["skip", "null", "fail"])
 @pytest.mark.parametrize("processes", [None, 2])
-def test_a_failing_setup_fails_the_run_at_once_with_its_traceback(files, model_log, on_error, processes):
+def test_a_failing_setup_fails_the_run_at_once_with_its_traceback(files: tuple[Path, dict[str, bytes]], model_log: Path, on_error: Literal["skip", "null", "fail"], processes: int | None) -> None:
     d, _ = files
     c = uc.read_storage(str(d)).settings(on_error=on_error, processes=processes, parallel=4)
     start = time.monotonic()
@@ -236,7 +244,7 @@ def test_a_failing_setup_fails_the_run_at_once_with_its_traceback(files, model_l
     assert count(model_log, "teardown") == 0
 
 
-def test_concurrency_1_is_never_exceeded_under_parallel_8(tmp_path):
+def test_concurrency_1_is_never_exceeded_under_parallel_8(tmp_path: Path) -> None:
     d = tmp_path / "many"
     make_files(d, 40, size=50)
     InFlight.peak = 0
@@ -250,7 +258,7 @@ def test_concurrency_1_is_never_exceeded_under_parallel_8(tmp_path):
         uc.read_storage(str(d)).map(n=InFlight(), concurrency=0)
 
 
-def test_in_workers_setup_runs_once_per_worker_and_teardown_once_per_setup(files, model_log):
+def test_in_workers_setup_runs_once_per_worker_and_teardown_once_per_setup(files: tuple[Path, dict[str, bytes]], model_log: Path) -> None:
     d, data = files
     uc.shutdown_workers()
     c = uc.read_storage(str(d)).settings(processes=2, prefetch=4).map(n=Slow())
@@ -266,7 +274,7 @@ def test_in_workers_setup_runs_once_per_worker_and_teardown_once_per_setup(files
     )
 
 
-def test_setup_values_in_workers_are_built_once_per_worker(files, model_log):
+def test_setup_values_in_workers_are_built_once_per_worker(files: tuple[Path, dict[str, bytes]], model_log: Path) -> None:
     d, data = files
     uc.shutdown_workers()
     c = uc.read_storage(str(d)).setup(model=load_model).settings(processes=2).map(n=with_model)
@@ -283,7 +291,7 @@ class KilledOnF003(Slow):
         return super().process(file)
 
 
-def test_a_killed_worker_fails_its_call_and_the_others_tear_down(tmp_path, model_log):
+def test_a_killed_worker_fails_its_call_and_the_others_tear_down(tmp_path: Path, model_log: Path) -> None:
     d = tmp_path / "data"
     make_files(d, 12)
     c = uc.read_storage(str(d)).settings(processes=2).map(n=KilledOnF003())
@@ -305,14 +313,14 @@ def test_a_killed_worker_fails_its_call_and_the_others_tear_down(tmp_path, model
 
 
 class Unpicklable(uc.Mapper):
-    def __init__(self):
+    def __init__(self) -> None:
         self.lock = threading.Lock()  # a constructor argument that cannot travel
 
     def process(self, file: uc.File) -> int:
         return file.size
 
 
-def test_a_class_whose_instance_does_not_pickle_is_refused_under_processes(files):
+def test_a_class_whose_instance_does_not_pickle_is_refused_under_processes(files: tuple[Path, dict[str, bytes]]) -> None:
     d, _ = files
     c = uc.read_storage(str(d)).settings(processes=2)
     with pytest.raises(TypeError, match="Unpicklable.*pickl.*constructor"):
@@ -321,7 +329,7 @@ def test_a_class_whose_instance_does_not_pickle_is_refused_under_processes(files
     assert uc.read_storage(str(d)).map(n=Unpicklable()).count() == 12
 
 
-def test_class_udfs_are_checked_when_added(files):
+def test_class_udfs_are_checked_when_added(files: tuple[Path, dict[str, bytes]]) -> None:
     d, _ = files
     c = uc.read_storage(str(d))
     with pytest.raises(TypeError, match="BatchMapper: add it with batch_map"):
@@ -330,7 +338,7 @@ def test_class_udfs_are_checked_when_added(files):
         c.map(n=Size)
 
 
-def test_gpus_give_each_worker_its_own_devices(files, monkeypatch):
+def test_gpus_give_each_worker_its_own_devices(files: tuple[Path, dict[str, bytes]], monkeypatch: pytest.MonkeyPatch) -> None:
     d, _ = files
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     c = uc.read_storage(str(d)).settings(parallel=2)
@@ -348,7 +356,7 @@ def test_gpus_give_each_worker_its_own_devices(files, monkeypatch):
     uc.shutdown_workers()
 
 
-def test_register_takes_a_class_mapper(files, model_log):
+def test_register_takes_a_class_mapper(files: tuple[Path, dict[str, bytes]], model_log: Path) -> None:
     d, data = files
     uc.register("biased_size", Size(7))
     t = uc.query(f"SELECT biased_size(file) AS n FROM read_storage('{d}')").to_pyarrow()
@@ -362,7 +370,7 @@ CTRL_C = textwrap.dedent(
     import udfchain as uc
 
     class Slow(uc.Mapper):
-        def setup(self):
+        def setup(self) -> None:
             with open(os.environ["MODELS_LOG"], "a") as f:
                 f.write(f"setup {os.getpid()}\\n")
 
@@ -371,7 +379,7 @@ CTRL_C = textwrap.dedent(
             time.sleep(0.05)
             return file.size
 
-        def teardown(self):
+        def teardown(self) -> None:
             with open(os.environ["MODELS_LOG"], "a") as f:
                 f.write(f"teardown {os.getpid()}\\n")
 
@@ -388,7 +396,7 @@ CTRL_C = textwrap.dedent(
 
 
 @pytest.mark.parametrize("processes", [0, 2])
-def test_ctrl_c_tears_down_once_per_setup(tmp_path, root, model_log, processes):
+def test_ctrl_c_tears_down_once_per_setup(tmp_path: Path, root: Path, model_log: Path, processes: int) -> None:
     d = tmp_path / "many"
     make_files(d, 300, size=100)
     script = tmp_path / "slow.py"
@@ -399,6 +407,7 @@ def test_ctrl_c_tears_down_once_per_setup(tmp_path, root, model_log, processes):
         env={**os.environ, "UDFCHAIN_ROOT": str(root), "UDFCHAIN_WORKER_GRACE": "10"},
     )
     calls = 0
+    assert p.stdout is not None
     for line in p.stdout:
         calls += line.strip() == "call"
         if calls >= 4:

@@ -10,7 +10,7 @@ is loaded once per run in the process, also when calls run at once.
 import os
 import sys
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, TypedDict
 
 import pytest
 
@@ -34,11 +34,11 @@ class Label(TypedDict):
 
 
 class Classify(uc.BatchMapper):
-    def __init__(self, model_path: str, loads: str):
+    def __init__(self, model_path: str | Path, loads: str) -> None:
         self.model_path = model_path
         self.loads = loads
 
-    def setup(self):
+    def setup(self) -> None:
         with open(self.loads, "a") as f:
             f.write(f"{os.getpid()}\n")
         self.session = tiny_cnn.load(self.model_path)
@@ -51,18 +51,18 @@ class Classify(uc.BatchMapper):
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory):
+def model(tmp_path_factory: pytest.TempPathFactory) -> str:
     return tiny_cnn.build(tmp_path_factory.mktemp("model") / "tiny_cnn.onnx")
 
 
 @pytest.fixture(scope="module")
-def images(tmp_path_factory):
+def images(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = tmp_path_factory.mktemp("images")
     tiny_cnn.write_jpegs(d, IMAGES, width=96, height=72)
     return d
 
 
-def expected(model, images) -> dict:
+def expected(model: str, images: Path) -> dict[str, tuple[int, float]]:
     """{name: (class, score)} from onnxruntime directly, all images in one batch."""
     names = sorted(os.listdir(images))
     x = np.stack([tiny_cnn.decode((images / n).read_bytes()) for n in names])
@@ -70,15 +70,15 @@ def expected(model, images) -> dict:
     return {n: (int(c), float(s)) for n, c, s in zip(names, cls, score)}
 
 
-def loads_of(path) -> int:
+def loads_of(path: Path) -> int:
     return len([line for line in Path(path).read_text().splitlines() if line.strip()])
 
 
 @pytest.mark.parametrize("concurrency", [None, 2])
-def test_batch_mapper_classifies_every_file_with_one_model_load(model, images, tmp_path, concurrency):
+def test_batch_mapper_classifies_every_file_with_one_model_load(model: str, images: Path, tmp_path: Path, concurrency: int | None) -> None:
     loads = tmp_path / "loads.txt"
     loads.touch()
-    kw = {} if concurrency is None else {"concurrency": concurrency}
+    kw: dict[str, Any] = {} if concurrency is None else {"concurrency": concurrency}
     c = (uc.read_storage(str(images))
          .settings(parallel=2)
          .batch_map(label=Classify(model, str(loads)), batch_size=BATCH, **kw))
@@ -96,16 +96,16 @@ def test_batch_mapper_classifies_every_file_with_one_model_load(model, images, t
     assert loads_of(loads) == 1
 
 
-def test_chain_setup_value_reaches_a_batch_function_once(model, images, tmp_path):
+def test_chain_setup_value_reaches_a_batch_function_once(model: str, images: Path, tmp_path: Path) -> None:
     loads = tmp_path / "loads.txt"
     loads.touch()
 
-    def load():
+    def load() -> Any:
         with open(loads, "a") as f:
             f.write(f"{os.getpid()}\n")
         return tiny_cnn.load(model)
 
-    def top1(file: list[uc.File], model) -> list[int]:
+    def top1(file: list[uc.File], model: Any) -> list[int]:
         x = np.stack([tiny_cnn.decode(f.read()) for f in file])
         return [int(c) for c in tiny_cnn.top1(model, x)[0]]
 

@@ -7,6 +7,7 @@ import sys
 import textwrap
 
 from conftest import make_files, temp_dirs
+from pathlib import Path
 
 SCRIPT = textwrap.dedent(
     """
@@ -28,7 +29,7 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def test_ctrl_c_stops_a_run_and_removes_temp_dirs(tmp_path, root):
+def test_ctrl_c_stops_a_run_and_removes_temp_dirs(tmp_path: Path, root: Path) -> None:
     d = tmp_path / "many"
     make_files(d, 400, size=100)
     p = subprocess.Popen(
@@ -37,6 +38,7 @@ def test_ctrl_c_stops_a_run_and_removes_temp_dirs(tmp_path, root):
         env={**os.environ, "UDFCHAIN_ROOT": str(root)},
     )
     # Wait for the UDF to run, then Ctrl-C.
+    assert p.stdout is not None
     for line in p.stdout:
         if line.strip() == "call":
             break
@@ -76,18 +78,18 @@ FORK = textwrap.dedent(
 )
 
 
-def fork(mode):
+def fork(mode: str) -> list[str]:
     # A hang would end at the timeout (and fail the test), never block the suite.
     p = subprocess.run([sys.executable, "-W", "ignore", "-c", FORK, mode], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     return p.stdout.splitlines()
 
 
-def test_fork_after_the_engine_started_fails_at_once():
+def test_fork_after_the_engine_started_fails_at_once() -> None:
     child, parent = fork("started")
     assert child.startswith("RuntimeError") and "forked from process" in child and "spawn" in child
     assert parent == "parent 2"
 
 
-def test_fork_before_the_engine_started_works():
+def test_fork_before_the_engine_started_works() -> None:
     assert fork("imported") == ["ok 3", "parent 2"]

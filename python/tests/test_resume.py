@@ -8,7 +8,8 @@ import signal
 import subprocess
 import sys
 import textwrap
-from typing import Iterator
+from pathlib import Path
+from typing import Any, Iterator, TypedDict
 
 import pytest
 
@@ -16,7 +17,12 @@ import udfchain as uc
 
 N = 1200  # more than two chunks of kept results (512 rows each)
 
-STATE = {"calls": 0, "fail_on": None}
+class State(TypedDict):
+    calls: int
+    fail_on: str | None
+
+
+STATE: State = {"calls": 0, "fail_on": None}
 
 
 def doubled(file: uc.File) -> int:
@@ -27,32 +33,32 @@ def doubled(file: uc.File) -> int:
     return 2 * int(file.read_text())
 
 
-def numbered(d, n=N):
+def numbered(d: Path, n: int = N) -> Path:
     d.mkdir(parents=True, exist_ok=True)
     for i in range(n):
         (d / f"f{i:04}.txt").write_text(str(i))
     return d
 
 
-def chain(d, version=None):
+def chain(d: Path, version: str | int | None = None) -> uc.Chain:
     return uc.read_storage(str(d)).order_by("file.path").map(twice=doubled, version=version)
 
 
-def save(c, name, fail_on=None):
-    STATE.update(calls=0, fail_on=fail_on)
+def save(c: uc.Chain, name: str, fail_on: str | None = None) -> uc.Chain:
+    STATE["calls"], STATE["fail_on"] = 0, fail_on
     return c.save(name)
 
 
-def checkpoints(root):
+def checkpoints(root: Path) -> list[str]:
     d = root / "checkpoints"
     return sorted(os.listdir(d)) if d.exists() else []
 
 
-def want(n=N):
+def want(n: int = N) -> list[int]:
     return [2 * i for i in range(n)]
 
 
-def test_a_failed_save_run_again_calls_only_the_rows_not_kept(tmp_path, root):
+def test_a_failed_save_run_again_calls_only_the_rows_not_kept(tmp_path: Path, root: Path) -> None:
     d = numbered(tmp_path / "data")
     with pytest.raises(Exception, match="f0900.txt is broken"):
         save(chain(d), "twice", fail_on="f0900.txt")
@@ -64,7 +70,7 @@ def test_a_failed_save_run_again_calls_only_the_rows_not_kept(tmp_path, root):
     assert checkpoints(root) == [], "a save that commits removes its checkpoint"
 
 
-def test_a_new_version_starts_over_and_the_same_version_resumes(tmp_path, root):
+def test_a_new_version_starts_over_and_the_same_version_resumes(tmp_path: Path, root: Path) -> None:
     d = numbered(tmp_path / "data")
     with pytest.raises(Exception, match="is broken"):
         save(chain(d, version="1"), "v", fail_on="f0900.txt")
@@ -80,7 +86,7 @@ def test_a_new_version_starts_over_and_the_same_version_resumes(tmp_path, root):
     assert out.order_by("file.path").collect("twice") == want()
 
 
-def test_version_on_every_kind_and_what_it_accepts(tmp_path):
+def test_version_on_every_kind_and_what_it_accepts(tmp_path: Path) -> None:
     c = uc.read_values(k=["a", "b", "a"], x=[1, 2, 3])
 
     def plus(x: int) -> int:
@@ -104,7 +110,8 @@ def test_version_on_every_kind_and_what_it_accepts(tmp_path):
     ):
         assert "version=2" in step.explain()
     assert "version" not in c.map(y=plus).explain()
-    for bad in ("", 1.5, True, ["2"]):
+    bads: tuple[Any, ...] = ("", 1.5, True, ["2"])
+    for bad in bads:
         with pytest.raises(TypeError, match="version must be"):
             c.map(y=plus, version=bad)
 
@@ -112,6 +119,7 @@ def test_version_on_every_kind_and_what_it_accepts(tmp_path):
 KILLED = """
 import os, signal, sys
 import udfchain as uc
+from pathlib import Path
 
 calls = 0
 
@@ -127,7 +135,7 @@ if __name__ == "__main__":
 """
 
 
-def test_a_save_killed_midway_run_again_calls_only_the_rows_not_kept(tmp_path, root):
+def test_a_save_killed_midway_run_again_calls_only_the_rows_not_kept(tmp_path: Path, root: Path) -> None:
     d = numbered(tmp_path / "data")
     script = tmp_path / "killed.py"
     script.write_text(textwrap.dedent(KILLED))

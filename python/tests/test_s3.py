@@ -2,18 +2,20 @@
 listing, prefetch and ranged reads go through object_store's S3 client."""
 
 import os
+from collections.abc import Iterator
 
 import pytest
 
 import udfchain as uc
 from conftest import sha, temp_dirs
+from pathlib import Path
 
 moto_server = pytest.importorskip("moto.server", reason="pip install 'moto[server]' (the test extra)")
 boto3 = pytest.importorskip("boto3")
 
 
 @pytest.fixture(scope="module")
-def s3():
+def s3() -> Iterator[tuple[str, dict[str, bytes]]]:
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0)
     server.start()
     host, port = server.get_host_and_port()
@@ -30,14 +32,14 @@ def s3():
     server.stop()
 
 
-def storage(endpoint):
+def storage(endpoint: str) -> dict[str, str]:
     return {
         "endpoint": endpoint, "allow_http": "true", "region": "us-east-1",
         "access_key_id": "test", "secret_access_key": "test",
     }
 
 
-def test_map_over_s3_with_prefetch(s3, monkeypatch):
+def test_map_over_s3_with_prefetch(s3: tuple[str, dict[str, bytes]], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_METADATA_ENDPOINT", "http://127.0.0.1:1")
     endpoint, data = s3
 
@@ -50,7 +52,7 @@ def test_map_over_s3_with_prefetch(s3, monkeypatch):
     assert all(f.etag for f, _ in got)
 
 
-def test_ranged_open_over_s3(s3, monkeypatch):
+def test_ranged_open_over_s3(s3: tuple[str, dict[str, bytes]], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_METADATA_ENDPOINT", "http://127.0.0.1:1")
     endpoint, data = s3
 
@@ -64,7 +66,7 @@ def test_ranged_open_over_s3(s3, monkeypatch):
     assert {f"a/{f.path}": t for f, t in got} == {k: v[-16:] for k, v in data.items()}
 
 
-def test_local_path_of_a_remote_file_lives_for_its_row(s3, monkeypatch, root):
+def test_local_path_of_a_remote_file_lives_for_its_row(s3: tuple[str, dict[str, bytes]], monkeypatch: pytest.MonkeyPatch, root: Path) -> None:
     monkeypatch.setenv("AWS_METADATA_ENDPOINT", "http://127.0.0.1:1")
     endpoint, data = s3
     seen = {}

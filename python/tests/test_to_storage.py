@@ -15,10 +15,11 @@ import pytest
 import udfchain as uc
 
 from conftest import make_files
+from pathlib import Path
 
 
-def tree(d):
-    out = {}
+def tree(d: Path) -> dict[str, bytes]:
+    out: dict[str, bytes] = {}
     for base, _, names in os.walk(d):
         for n in names:
             p = os.path.join(base, n)
@@ -26,10 +27,10 @@ def tree(d):
     return out
 
 
-def test_placements_write_every_file_byte_for_byte(files, tmp_path):
+def test_placements_write_every_file_byte_for_byte(files: tuple[Path, dict[str, bytes]], tmp_path: Path) -> None:
     d, want = files
     chain = uc.read_storage(str(d))
-    assert chain.to_storage(str(tmp_path / "full")) is None
+    assert chain.to_storage(str(tmp_path / "full")) is None  # type: ignore[func-returns-value]
     assert tree(tmp_path / "full") == want
     chain.to_storage(str(tmp_path / "name"), placement="filename")
     assert tree(tmp_path / "name") == want
@@ -43,10 +44,10 @@ def test_placements_write_every_file_byte_for_byte(files, tmp_path):
     etags = chain.to_values("file.etag")
     assert sorted(tree(tmp_path / "etag")) == sorted(f"{e}.bin" for e in etags)
     with pytest.raises(uc.UdfchainError, match="unknown placement"):
-        chain.to_storage(str(tmp_path / "x"), placement="nowhere")
+        chain.to_storage(str(tmp_path / "x"), placement="nowhere")  # type: ignore[arg-type]
 
 
-def test_a_rerun_writes_nothing_and_logs_the_counts(files, tmp_path, caplog):
+def test_a_rerun_writes_nothing_and_logs_the_counts(files: tuple[Path, dict[str, bytes]], tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     d, want = files
     chain = uc.read_storage(str(d))
     with caplog.at_level(logging.INFO, logger="udfchain"):
@@ -57,7 +58,7 @@ def test_a_rerun_writes_nothing_and_logs_the_counts(files, tmp_path, caplog):
     assert any("0 file(s) written, 12 skipped" in m for m in msgs), msgs
 
 
-def test_a_filename_collision_is_an_error_naming_both(tmp_path):
+def test_a_filename_collision_is_an_error_naming_both(tmp_path: Path) -> None:
     for sub in ("a", "b"):
         (tmp_path / "src" / sub).mkdir(parents=True)
         (tmp_path / "src" / sub / "same.txt").write_text(sub)
@@ -67,7 +68,7 @@ def test_a_filename_collision_is_an_error_naming_both(tmp_path):
     assert not (tmp_path / "out").exists() or tree(tmp_path / "out") == {}
 
 
-def test_symlinks(files, tmp_path):
+def test_symlinks(files: tuple[Path, dict[str, bytes]], tmp_path: Path) -> None:
     d, want = files
     uc.read_storage(str(d)).to_storage(str(tmp_path / "links"), link_type="symlink")
     for name in want:
@@ -75,7 +76,7 @@ def test_symlinks(files, tmp_path):
     assert tree(tmp_path / "links") == want
 
 
-def test_a_killed_python_export_leaves_no_partial_file_and_a_rerun_completes(tmp_path, root):
+def test_a_killed_python_export_leaves_no_partial_file_and_a_rerun_completes(tmp_path: Path, root: Path) -> None:
     src = tmp_path / "src"
     src.mkdir()
     want = {}
@@ -88,7 +89,7 @@ def test_a_killed_python_export_leaves_no_partial_file_and_a_rerun_completes(tmp
     env = dict(os.environ, UDFCHAIN_ROOT=str(root))
     child = subprocess.Popen([sys.executable, "-c", script], env=env)
 
-    def finals():
+    def finals() -> list[str]:
         if not out.exists():
             return []
         return [n for n in os.listdir(out) if not n.startswith(".udfchain-part-")]

@@ -2,12 +2,14 @@
 
 import dataclasses
 import datetime
-from typing import Optional, TypedDict
+from collections.abc import Callable
+from typing import Any, Optional, TypedDict
 
 import pyarrow as pa
 import pytest
 
 import udfchain as uc
+from pathlib import Path
 
 
 @dataclasses.dataclass
@@ -23,12 +25,12 @@ class Point(TypedDict):
     y: float
 
 
-def one(fn, **kw):
+def one(fn: Callable[..., Any], **kw: Any) -> tuple[pa.DataType, list[Any]]:
     t = uc.read_values(num=[1, 2]).map(out=fn, **kw).order_by("num").to_pyarrow()
     return t.schema.field("out").type, t.column("out").to_pylist()
 
 
-def test_scalars():
+def test_scalars() -> None:
     def i(num: int) -> int:
         return num * 10
 
@@ -55,7 +57,7 @@ def test_scalars():
     assert one(when) == (pa.timestamp("us"), [datetime.datetime(2024, 1, 1), datetime.datetime(2024, 1, 2)])
 
 
-def test_containers_and_structs():
+def test_containers_and_structs() -> None:
     def maybe(num: int) -> Optional[int]:
         return None if num == 1 else num
 
@@ -82,8 +84,8 @@ def test_containers_and_structs():
     assert t == pa.struct([("x", pa.float64()), ("y", pa.float64())]) and v[0] == {"x": 1.0, "y": 0.0}
 
 
-def test_explicit_output_type():
-    def anything(num):
+def test_explicit_output_type() -> None:
+    def anything(num):  # type: ignore[no-untyped-def]  # no return annotation, on purpose
         return num
 
     assert one(anything, output=pa.int32()) == (pa.int32(), [1, 2])
@@ -91,11 +93,11 @@ def test_explicit_output_type():
         uc.read_values(num=[1]).map(out=anything)
 
 
-def test_mismatch_names_udf_file_and_row(files):
+def test_mismatch_names_udf_file_and_row(files: tuple[Path, dict[str, bytes]]) -> None:
     d, _ = files
 
     def size_or_text(file: uc.File) -> int:
-        return "big" if file.path == "f002.bin" else file.size
+        return "big" if file.path == "f002.bin" else file.size  # type: ignore[return-value]
 
     with pytest.raises(uc.UdfchainError) as e:
         uc.read_storage(str(d)).order_by("file.path").map(n=size_or_text).collect()
@@ -104,8 +106,8 @@ def test_mismatch_names_udf_file_and_row(files):
     assert "'big'" in msg and "int64" in msg
 
 
-def test_unsupported_annotation():
-    def weird(num: int) -> set:
+def test_unsupported_annotation() -> None:
+    def weird(num: int) -> set[int]:
         return {num}
 
     with pytest.raises(TypeError, match="UDF weird: no Arrow type"):

@@ -8,9 +8,10 @@ import pytest
 
 import udfchain as uc
 from conftest import sha, temp_dirs
+from pathlib import Path
 
 
-def test_map_reads_every_file(files):
+def test_map_reads_every_file(files: tuple[Path, dict[str, bytes]]) -> None:
     d, data = files
 
     def digest(file: uc.File) -> str:
@@ -21,7 +22,7 @@ def test_map_reads_every_file(files):
     assert all(isinstance(f, uc.File) and f.size == len(data[f.path]) for f, _ in rows)
 
 
-def test_map_without_prefetch_reads_the_store(files):
+def test_map_without_prefetch_reads_the_store(files: tuple[Path, dict[str, bytes]]) -> None:
     d, data = files
 
     def first_bytes(file: uc.File) -> bytes:
@@ -35,7 +36,7 @@ def test_map_without_prefetch_reads_the_store(files):
     assert {f.path: b for f, b in got.items()} == {k: v[3:8] + v[-2:] for k, v in data.items()}
 
 
-def test_file_methods_and_a_local_files_own_path(files, root):
+def test_file_methods_and_a_local_files_own_path(files: tuple[Path, dict[str, bytes]], root: Path) -> None:
     d, data = files
     seen = {}
 
@@ -56,23 +57,28 @@ def test_file_methods_and_a_local_files_own_path(files, root):
 
     # A local directory's file is its own path, whatever holds it ahead (memory,
     # or the temp dir at memory_file_limit=0): never copied, never deleted.
-    for settings in (dict(prefetch=3, memory_file_limit=0), dict(prefetch=3), dict(prefetch=0)):
+    cases: list[uc.Settings] = [
+        {"prefetch": 3, "memory_file_limit": 0, "cache": False},
+        {"prefetch": 3, "cache": False},
+        {"prefetch": 0, "cache": False},
+    ]
+    for settings in cases:
         seen.clear()
-        c = uc.read_storage(str(d)).settings(cache=False, **settings).map(p=probe)
+        c = uc.read_storage(str(d)).settings(**settings).map(p=probe)
         assert c.count() == len(data)
         assert seen == {k: str(d / k) for k in data}, settings
         assert all((d / k).read_bytes() == v for k, v in data.items())
         assert temp_dirs(root) == []
 
 
-def test_file_outside_a_call_does_not_read(files):
+def test_file_outside_a_call_does_not_read(files: tuple[Path, dict[str, bytes]]) -> None:
     d, _ = files
     f = uc.read_storage(str(d)).limit(1).collect("file")[0]
     with pytest.raises(RuntimeError, match="inside a UDF"):
         f.read()
 
 
-def test_gen_batch_map_agg(files):
+def test_gen_batch_map_agg(files: tuple[Path, dict[str, bytes]]) -> None:
     d, data = files
 
     def chunks(file: uc.File) -> Iterator[int]:
@@ -104,13 +110,13 @@ def test_gen_batch_map_agg(files):
         .order_by("group")
         .collect("group", "total")
     )
-    want = {}
+    totals: dict[int, int] = {}
     for v in data.values():
-        want[len(v) % 2] = want.get(len(v) % 2, 0) + len(v)
-    assert g == sorted(want.items())
+        totals[len(v) % 2] = totals.get(len(v) % 2, 0) + len(v)
+    assert g == sorted(totals.items())
 
 
-def test_values_udf_params_by_name():
+def test_values_udf_params_by_name() -> None:
     def label(num: int, name: str) -> str:
         return f"{name}{num}"
 
@@ -124,7 +130,7 @@ def failing(file: uc.File) -> int:
     return file.size
 
 
-def test_on_error_fail_names_udf_file_row_and_traceback(files):
+def test_on_error_fail_names_udf_file_row_and_traceback(files: tuple[Path, dict[str, bytes]]) -> None:
     d, _ = files
     with pytest.raises(uc.UdfchainError) as e:
         uc.read_storage(str(d)).order_by("file.path").map(n=failing).collect()
@@ -133,7 +139,7 @@ def test_on_error_fail_names_udf_file_row_and_traceback(files):
     assert "Traceback" in msg and "ValueError: bad file f003.bin" in msg and "in failing" in msg
 
 
-def test_on_error_skip_and_null(files):
+def test_on_error_skip_and_null(files: tuple[Path, dict[str, bytes]]) -> None:
     d, data = files
     skip = uc.read_storage(str(d)).settings(on_error="skip").map(n=failing).collect("file", "n")
     assert sorted(f.path for f, _ in skip) == sorted(k for k in data if k != "f003.bin")
@@ -142,7 +148,7 @@ def test_on_error_skip_and_null(files):
     assert len(null) == len(data)
 
 
-def test_gen_error_follows_on_error(files):
+def test_gen_error_follows_on_error(files: tuple[Path, dict[str, bytes]]) -> None:
     d, data = files
 
     def boom(file: uc.File) -> Iterator[int]:
@@ -157,7 +163,7 @@ def test_gen_error_follows_on_error(files):
     assert {f.path for f, _ in rows} >= set(data) - {"f001.bin"}
 
 
-def test_batch_map_wrong_length():
+def test_batch_map_wrong_length() -> None:
     def short(num: list[int]) -> list[int]:
         return num[:-1]
 

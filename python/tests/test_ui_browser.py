@@ -14,8 +14,11 @@ by `cargo build` / `cargo test` into $CARGO_TARGET_DIR) is missing."""
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from pathlib import Path
 
 Image = pytest.importorskip("PIL.Image", reason="Pillow is not installed")
 sync_api = pytest.importorskip(
@@ -27,7 +30,7 @@ N_IMAGES = 60
 TOKEN = "browser-test-token-7"
 
 
-def udfchain_bin():
+def udfchain_bin() -> str | None:
     if os.environ.get("UDFCHAIN_BIN"):
         return os.environ["UDFCHAIN_BIN"]
     target = os.environ.get("CARGO_TARGET_DIR", os.path.expanduser("~/.cache/udfchain-target"))
@@ -36,7 +39,7 @@ def udfchain_bin():
 
 
 @pytest.fixture
-def ui_server(tmp_path, root):
+def ui_server(tmp_path: Path, root: Path) -> Iterator[str]:
     if CHROMIUM is None:
         pytest.skip("no system Chromium: apt-get install -y chromium (.ci/run does)")
     exe = udfchain_bin()
@@ -65,6 +68,7 @@ def ui_server(tmp_path, root):
         stderr=subprocess.PIPE,
         text=True,
     )
+    assert proc.stdout is not None and proc.stderr is not None
     try:
         line = proc.stdout.readline().strip()
         assert line.startswith("udfchain ui: open http://127.0.0.1:"), (line, proc.stderr.read())
@@ -76,20 +80,21 @@ def ui_server(tmp_path, root):
         proc.wait(timeout=20)
 
 
-def shots_dir(tmp_path):
+def shots_dir(tmp_path: Path) -> str:
     d = os.environ.get("UDFCHAIN_UI_SCREENSHOTS") or str(tmp_path / "shots")
     os.makedirs(d, exist_ok=True)
     return d
 
 
-def thumbs_loaded(page):
+def thumbs_loaded(page: Any) -> list[int]:
     page.wait_for_function(
         "() => [...document.querySelectorAll('img.thumb')].every(i => i.complete)", timeout=30000
     )
-    return page.eval_on_selector_all("img.thumb", "els => els.map(e => e.naturalWidth)")
+    widths: list[int] = page.eval_on_selector_all("img.thumb", "els => els.map(e => e.naturalWidth)")
+    return widths
 
 
-def test_ui_in_a_browser(ui_server, tmp_path):
+def test_ui_in_a_browser(ui_server: str, tmp_path: Path) -> None:
     shots = shots_dir(tmp_path)
     base = ui_server.split("/?token=")[0]
     failed, errors = [], []

@@ -8,11 +8,14 @@ an output converts exactly when pyarrow converts it, to the same array.
 
 import enum
 import math
+from collections.abc import Iterable
+from typing import Any
 
 import pyarrow as pa
 import pytest
 
 import udfchain as uc
+from pathlib import Path
 
 PLAIN = {
     "i8": pa.array([-128, None, 127], pa.int8()),
@@ -34,17 +37,17 @@ PLAIN = {
 }
 
 
-def seen(chain, names):
+def seen(chain: uc.Chain, names: Iterable[str]) -> list[str]:
     """repr() of the tuple of values each row's UDF call received, by row."""
 
-    def show(*values) -> str:
+    def show(*values: object) -> str:
         return repr(values)
 
-    out = chain.map(out=show, params=list(names)).to_pyarrow()
-    return out.column("out").to_pylist()
+    out: list[str] = chain.map(out=show, params=list(names)).to_pyarrow().column("out").to_pylist()
+    return out
 
 
-def test_plain_columns_arrive_as_pyarrow_gives_them():
+def test_plain_columns_arrive_as_pyarrow_gives_them() -> None:
     table = pa.table(PLAIN)
     got = seen(uc.read_values(**PLAIN), PLAIN)
     want = [repr(tuple(table.column(n)[i].as_py() for n in PLAIN)) for i in range(3)]
@@ -53,7 +56,7 @@ def test_plain_columns_arrive_as_pyarrow_gives_them():
     assert repr(pa.array([0.1], pa.float32())[0].as_py()) in got[0]
 
 
-def test_a_nested_column_beside_plain_ones_goes_through_pyarrow():
+def test_a_nested_column_beside_plain_ones_goes_through_pyarrow() -> None:
     cols = {"n": pa.array([1, 2], pa.int64()), "l": pa.array([[1, None], []], pa.list_(pa.int64()))}
     assert seen(uc.read_values(**cols), cols) == ["(1, [1, None])", "(2, [])"]
 
@@ -92,13 +95,13 @@ CASES = [
 
 
 @pytest.mark.parametrize("t,values", CASES, ids=[f"{t}-{i}" for i, (t, _) in enumerate(CASES)])
-def test_plain_outputs_convert_exactly_when_pyarrow_does(t, values):
+def test_plain_outputs_convert_exactly_when_pyarrow_does(t: pa.DataType, values: list[Any]) -> None:
     try:
         want = pa.array(values, type=t)
     except (pa.ArrowException, TypeError, ValueError, OverflowError):
         want = None
 
-    def pick(i: int):
+    def pick(i: int) -> Any:
         return values[i]
 
     chain = uc.read_values(i=list(range(len(values)))).map(out=pick, output=t).order_by("i")
@@ -119,7 +122,7 @@ def test_plain_outputs_convert_exactly_when_pyarrow_does(t, values):
                 assert math.copysign(1, g) == math.copysign(1, w)
 
 
-def test_file_objects_carry_every_field(files):
+def test_file_objects_carry_every_field(files: tuple[Path, dict[str, bytes]]) -> None:
     d, data = files
 
     def fields(file: uc.File) -> str:

@@ -1,16 +1,21 @@
 """DataChain's dataset verbs (diff, file_diff, subtract, shuffle, sample,
 chunk, ...), each compared with the same result computed in plain Python."""
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 
 import udfchain as uc
 
+Row = tuple[int, Any, int]
 
-def versions():
+
+def versions() -> tuple[list[Row], list[Row]]:
     """Two versions of (id, value, n): ids 0..39 and 10..49, some values
     changed, some null."""
 
-    def value(i, v):
+    def value(i: int, v: int) -> str | None:
         if (i + v) % 7 == 0:
             return None
         return f"v{v}-{i}" if i % 5 == 0 else str(i)
@@ -20,11 +25,11 @@ def versions():
     return new, old
 
 
-def chain(rows):
+def chain(rows: list[Row]) -> uc.Chain:
     return uc.read_values(id=[r[0] for r in rows], value=[r[1] for r in rows], n=[r[2] for r in rows])
 
 
-def expected(new, old, keep):
+def expected(new: list[Row], old: list[Row], keep: str) -> set[tuple[int, Any, int, str]]:
     n = {r[0]: r for r in new}
     o = {r[0]: r for r in old}
     out = set()
@@ -44,7 +49,7 @@ def expected(new, old, keep):
 
 
 @pytest.mark.parametrize("keep", ["ADM", "ADMS", "A", "D", "M", "S"])
-def test_diff_is_a_set_difference(keep):
+def test_diff_is_a_set_difference(keep: str) -> None:
     new, old = versions()
     d = chain(new).diff(
         chain(old),
@@ -58,7 +63,7 @@ def test_diff_is_a_set_difference(keep):
     assert set(d.collect("id", "value", "n", "status")) == expected(new, old, keep)
 
 
-def test_diff_without_status_and_with_renamed_keys():
+def test_diff_without_status_and_with_renamed_keys() -> None:
     new, old = versions()
     d = chain(new).diff(chain(old), on="id")
     assert d.to_pyarrow().column_names == ["id", "value", "n"]
@@ -70,7 +75,7 @@ def test_diff_without_status_and_with_renamed_keys():
     assert set(d.collect("id", "value", "n", "s")) == expected(new, old, "ADMS")
 
 
-def test_file_diff(tmp_path):
+def test_file_diff(tmp_path: Path) -> None:
     data = tmp_path / "files"
     data.mkdir()
     for i in range(5):
@@ -86,7 +91,7 @@ def test_file_diff(tmp_path):
     assert got == {"f0.txt": "M", "f1.txt": "S", "f2.txt": "S", "f3.txt": "S", "f4.txt": "D", "f5.txt": "A"}
 
 
-def test_subtract():
+def test_subtract() -> None:
     new, old = versions()
     got = set(chain(new).subtract(chain(old), on="id").collect("id", "value", "n"))
     assert got == {r for r in new if r[0] not in {o[0] for o in old}}
@@ -96,7 +101,7 @@ def test_subtract():
     assert got == {r for r in new if r not in same}
 
 
-def test_shuffle_sample_repeat_for_a_seed():
+def test_shuffle_sample_repeat_for_a_seed() -> None:
     c = uc.read_values(id=list(range(100)))
     a = c.shuffle(seed=5).collect("id")
     assert a == c.shuffle(seed=5).collect("id")
@@ -108,7 +113,7 @@ def test_shuffle_sample_repeat_for_a_seed():
     assert len(set(c.sample(30).collect("id"))) == 30
 
 
-def test_chunks_cover_every_row_once():
+def test_chunks_cover_every_row_once() -> None:
     c = uc.read_values(id=list(range(250)), s=[str(i % 7) for i in range(250)])
     for total in range(1, 8):
         parts = [c.chunk(i, total).collect("id") for i in range(total)]
@@ -118,7 +123,7 @@ def test_chunks_cover_every_row_once():
         c.chunk(2, 2).count()
 
 
-def test_merge_left_inner_full_and_renamed_columns():
+def test_merge_left_inner_full_and_renamed_columns() -> None:
     left = uc.read_values(id=[1, 2, 3], name=["a", "b", "c"])
     right = uc.read_values(id=[2, 3, 4], name=["B", "C", "D"], score=[0.2, 0.3, 0.4])
     m = left.merge(right, on="id")
@@ -133,7 +138,7 @@ def test_merge_left_inner_full_and_renamed_columns():
     assert left.merge(other, on="id", right_on="key", inner=True).to_list() == [(1, "a", 1, "one")]
 
 
-def test_outputs_and_aggregates():
+def test_outputs_and_aggregates() -> None:
     c = uc.read_records([{"x": 1, "s": "a"}, {"x": 5, "s": "b"}, {"x": 3, "s": None}], schema={"x": int, "s": str})
     assert c.to_pyarrow().schema.field("x").type == "int64"
     assert c.order_by("x").to_list() == [(1, "a"), (3, None), (5, "b")]
@@ -150,7 +155,7 @@ def test_outputs_and_aggregates():
     assert c.filter(uc.C("x") > 10).max("x") is None
 
 
-def test_read_pandas_and_file_records(files):
+def test_read_pandas_and_file_records(files: tuple[Path, dict[str, bytes]]) -> None:
     import pandas as pd
 
     df = pd.DataFrame({"a": [1, 2], "b": ["x", "y"]})
@@ -162,7 +167,7 @@ def test_read_pandas_and_file_records(files):
     assert sorted(uc.read_storage(str(d)).to_values("file.path")) == sorted(data)
 
 
-def test_diff_refuses_what_datachain_refuses():
+def test_diff_refuses_what_datachain_refuses() -> None:
     new, old = versions()
     with pytest.raises(ValueError, match="At least one"):
         chain(new).diff(chain(old), on="id", added=False, deleted=False, modified=False)
@@ -172,7 +177,7 @@ def test_diff_refuses_what_datachain_refuses():
         chain(new).diff(chain(old), on="id", right_on=["id", "n"])
 
 
-def test_explode_matches_json_loads():
+def test_explode_matches_json_loads() -> None:
     import json
 
     texts = ['{"a": 1, "b": "x"}', None, '{"a": 2, "c": [1]}', '{"b": "z"}']

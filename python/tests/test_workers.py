@@ -15,6 +15,7 @@ import pytest
 
 import udfchain as uc
 from conftest import make_files, sha, temp_dirs
+from pathlib import Path
 
 
 # The UDFs are at module level: a worker imports them by module and name.
@@ -72,7 +73,7 @@ def double(x: int) -> int:
     return 2 * x
 
 
-def test_cpu_bound_udf_in_workers_returns_the_in_process_rows(files):
+def test_cpu_bound_udf_in_workers_returns_the_in_process_rows(files: tuple[Path, dict[str, bytes]]) -> None:
     d, data = files
     c = uc.read_storage(str(d)).settings(prefetch=4).order_by("file.path")
     in_process = c.map(h=spin).collect("h")
@@ -81,7 +82,7 @@ def test_cpu_bound_udf_in_workers_returns_the_in_process_rows(files):
     assert len(in_workers) == len(data)
 
 
-def test_calls_run_in_spawned_workers_at_most_n_at_once(files):
+def test_calls_run_in_spawned_workers_at_most_n_at_once(files: tuple[Path, dict[str, bytes]]) -> None:
     d, data = files
     uc.shutdown_workers()  # none left by other tests: this run starts its own
     pids = uc.read_storage(str(d)).settings(processes=2).map(pid=where).collect("pid")
@@ -91,7 +92,7 @@ def test_calls_run_in_spawned_workers_at_most_n_at_once(files):
     assert set(pids) <= set(uc.worker_pids())
 
 
-def test_file_methods_in_a_worker(files):
+def test_file_methods_in_a_worker(files: tuple[Path, dict[str, bytes]]) -> None:
     d, data = files
     want = {k: sha(v) + v[2:5].hex() for k, v in data.items()}
     for prefetch in (4, 0):  # a local copy, and reads served by the parent
@@ -101,7 +102,7 @@ def test_file_methods_in_a_worker(files):
     assert {f.path: p for f, p in got} == {k: sha(v) for k, v in data.items()}
 
 
-def test_values_gen_and_batch_map_in_workers(files):
+def test_values_gen_and_batch_map_in_workers(files: tuple[Path, dict[str, bytes]]) -> None:
     d, data = files
     assert uc.read_values(x=list(range(3000))).settings(processes=2).map(y=double).order_by("x").collect("y") == [
         2 * x for x in range(3000)
@@ -115,7 +116,7 @@ def test_values_gen_and_batch_map_in_workers(files):
     assert len(c.gen(n=chunks).collect("n")) == len(n)
 
 
-def test_a_dead_worker_is_the_rows_error(files, root):
+def test_a_dead_worker_is_the_rows_error(files: tuple[Path, dict[str, bytes]], root: Path) -> None:
     d, data = files
     c = uc.read_storage(str(d)).settings(prefetch=4, processes=2)
     with pytest.raises(uc.UdfchainError) as e:
@@ -125,12 +126,12 @@ def test_a_dead_worker_is_the_rows_error(files, root):
     assert "worker process" in msg and "exited with code 3" in msg
     got = c.settings(on_error="skip").map(n=crash_on_f003).collect("file", "n")
     assert sorted(f.path for f, _ in got) == sorted(k for k in data if k != "f003.bin")
-    got = dict(c.settings(on_error="null").map(n=crash_on_f003).collect("file", "n"))
-    assert {f.path: n for f, n in got.items()}["f003.bin"] is None
+    by_file = dict(c.settings(on_error="null").map(n=crash_on_f003).collect("file", "n"))
+    assert {f.path: n for f, n in by_file.items()}["f003.bin"] is None
     assert temp_dirs(root) == []
 
 
-def test_exceptions_in_a_worker_keep_their_traceback(files):
+def test_exceptions_in_a_worker_keep_their_traceback(files: tuple[Path, dict[str, bytes]]) -> None:
     d, _ = files
     with pytest.raises(uc.UdfchainError) as e:
         uc.read_storage(str(d)).settings(processes=2).map(n=fail_on_f005).collect()
@@ -139,7 +140,7 @@ def test_exceptions_in_a_worker_keep_their_traceback(files):
     assert "ValueError: bad file f005.bin" in msg and "in fail_on_f005" in msg
 
 
-def test_functions_a_worker_cannot_import_are_refused(files):
+def test_functions_a_worker_cannot_import_are_refused(files: tuple[Path, dict[str, bytes]]) -> None:
     d, _ = files
     c = uc.read_storage(str(d)).settings(processes=2)
 
@@ -186,7 +187,7 @@ def _gone(pid: int) -> bool:
         return True
 
 
-def test_ctrl_c_stops_workers_and_removes_temp_dirs(tmp_path, root):
+def test_ctrl_c_stops_workers_and_removes_temp_dirs(tmp_path: Path, root: Path) -> None:
     d = tmp_path / "many"
     make_files(d, 20, size=100)
     script = tmp_path / "burn.py"
@@ -197,6 +198,7 @@ def test_ctrl_c_stops_workers_and_removes_temp_dirs(tmp_path, root):
         env={**os.environ, "UDFCHAIN_ROOT": str(root)},
     )
     pids = set()
+    assert p.stdout is not None
     for line in p.stdout:
         if line.startswith("call"):
             pids.add(int(line.split()[1]))
@@ -219,7 +221,7 @@ def heavy_modules(file: uc.File) -> str:
     return ",".join(m for m in ("pyarrow", "numpy") if m in sys.modules) or "none"
 
 
-def test_a_worker_given_plain_values_starts_without_pyarrow(files):
+def test_a_worker_given_plain_values_starts_without_pyarrow(files: tuple[Path, dict[str, bytes]]) -> None:
     """Plain rows and values cross the pipe pickled: a worker never imports
     pyarrow (nor numpy with it), so it starts in a fraction of the time."""
     d, data = files

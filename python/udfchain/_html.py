@@ -18,9 +18,15 @@ from __future__ import annotations
 
 import base64
 import html
+from typing import TYPE_CHECKING, Any
 
-from ._file import is_file_type
+from ._file import File, is_file_type
 from ._pyarrow import pa
+
+if TYPE_CHECKING:
+    import pyarrow
+
+    from ._chain import Chain
 
 ROWS = 20
 CUT = 120
@@ -29,7 +35,7 @@ IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".webp", ".bmp", ".tif", ".
 _PREFIX = "__udfchain_thumb_"
 
 
-def _thumb(file) -> str:
+def _thumb(file: File | None) -> str:
     """A data: URI of the file's thumbnail, or "" when it is not an image."""
     try:
         if file is None or not file.path.lower().endswith(IMAGE_EXTENSIONS) or file.location:
@@ -42,33 +48,33 @@ def _thumb(file) -> str:
         return ""
 
 
-def _text(value) -> str:
+def _text(value: object) -> str:
     text = "null" if value is None else str(value)
     if len(text) <= CUT:
         return html.escape(text)
     return f'<span title="{html.escape(text)}">{html.escape(text[:CUT])}…</span>'
 
 
-def _file_cell(value: dict, thumb: str) -> str:
+def _file_cell(value: dict[str, Any], thumb: str) -> str:
     path = html.escape(str(value.get("path", "")))
     size = value.get("size")
     img = f'<img src="{thumb}" alt="{path}" style="max-width:{THUMB_SIDE}px;max-height:{THUMB_SIDE}px"><br>' if thumb else ""
     return f"{img}<small>{path} ({size} B)</small>"
 
 
-def chain_html(chain, rows: int = ROWS) -> str:
+def chain_html(chain: Chain, rows: int = ROWS) -> str:
     head = chain.limit(rows + 1)
     table = head.to_pyarrow()
     file_cols = [f.name for f in table.schema if is_file_type(f.type)]
     if file_cols:
         with_thumbs = head
         for i, name in enumerate(file_cols):
-            with_thumbs = with_thumbs.map(params=[name], output=str, **{f"{_PREFIX}{i}": _thumb})
+            with_thumbs = with_thumbs._udf("map", {f"{_PREFIX}{i}": _thumb}, [name], str, None)
         table = with_thumbs.to_pyarrow()
     return table_html(table, rows)
 
 
-def table_html(table: pa.Table, rows: int = ROWS) -> str:
+def table_html(table: pyarrow.Table, rows: int = ROWS) -> str:
     more = table.num_rows > rows
     table = table.slice(0, rows)
     names = [n for n in table.column_names if not n.startswith(_PREFIX)]

@@ -17,22 +17,34 @@ workers forked before any udfchain run work; after one, they fail at once
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
 from ._pyarrow import pa
 
 from . import _internal
 from ._file import files_of, is_file_type
 
-try:  # torch is optional
-    import torch
-    from torch.utils.data import IterableDataset as _Base
-except Exception:  # pragma: no cover - depends on the environment
-    torch = None
+if TYPE_CHECKING:
+    from ._chain import Chain
+
     _Base = object
+    torch: Any
+else:
+    try:  # torch is optional
+        import torch
+        from torch.utils.data import IterableDataset as _Base
+    except Exception:  # pragma: no cover - depends on the environment
+        torch = None
+        _Base = object
+
+Batch = dict[str, Any]
+"""A batch: {column: values} (numpy arrays, lists, or one uint8 array of images)."""
 
 
-def _batch(ipc: bytes) -> dict:
+def _batch(ipc: bytes) -> Batch:
     rb = pa.ipc.open_stream(ipc).read_next_batch()
-    out = {}
+    out: Batch = {}
     for name, col in zip(rb.schema.names, rb.columns):
         t = col.type
         if is_file_type(t):
@@ -50,7 +62,7 @@ def _batch(ipc: bytes) -> dict:
     return out
 
 
-def _images(spec):
+def _images(spec: bool | str | dict[str, Any] | None) -> tuple[str, str, tuple[int, int], str] | None:
     """`with_images=`: True (the `file` column at 224x224 RGB into `image`),
     a column name, or a dict of `with_images`'s arguments."""
     if spec is None or spec is False:
@@ -67,7 +79,7 @@ def _images(spec):
     return (spec.get("file", "file"), spec.get("out", "image"), (int(width), int(height)), spec.get("mode", "RGB"))
 
 
-def _split():
+def _split() -> tuple[int, int, int, int]:
     """(rank, world_size, worker, num_workers) from torch, or a single process."""
     rank, world, worker, workers = 0, 1, 0, 0
     if torch is not None:
@@ -81,11 +93,20 @@ def _split():
 
 
 class Loader(_Base):
-    """`Loader(chain_or_dataset_name, batch_size=64, shuffle=seed, with_bytes=True, ...)`."""
+    """`Loader(chain_or_dataset_name, batch_size=64, shuffle=seed, with_bytes=True, ...)`:
+    the rows of a chain or a saved dataset (`version=`) in batches of
+    `batch_size` rows for a training loop, `partition_rows` rows per
+    partition and `prefetch_partitions` partitions fetched ahead
+    (`parallel_requests` downloads each), shuffled by seed `shuffle` and the
+    epoch (`set_epoch`); `drop_last` drops a short last batch; `columns`
+    keeps only those; `with_bytes=True` (or `(file_col, out_col)`) adds the
+    bytes of the `file` column, `with_images` decoded images (see
+    `with_images`); `transform` maps each batch. Rank, world size, worker
+    and their count come from torch unless given."""
 
     def __init__(
         self,
-        source,
+        source: Chain | str,
         *,
         version: int | None = None,
         batch_size: int = 64,
@@ -94,18 +115,18 @@ class Loader(_Base):
         parallel_requests: int = 1,
         shuffle: int | None = None,
         drop_last: bool = False,
-        columns=None,
-        with_bytes=None,
-        with_images=None,
-        transform=None,
+        columns: Iterable[str] | None = None,
+        with_bytes: bool | tuple[str, str] | None = None,
+        with_images: bool | str | dict[str, Any] | None = None,
+        transform: Callable[[Batch], Any] | None = None,
         rank: int | None = None,
         world_size: int | None = None,
         worker: int | None = None,
         num_workers: int | None = None,
-    ):
+    ) -> None:
         self._source = source
         self._version = version
-        self._kw = dict(
+        self._kw: dict[str, Any] = dict(
             partition_rows=partition_rows,
             prefetch_partitions=prefetch_partitions,
             parallel_requests=parallel_requests,
@@ -120,7 +141,9 @@ class Loader(_Base):
         self.transform = transform
         self.epoch = 0
 
-    def with_images(self, file: str = "file", size=(224, 224), mode: str = "RGB", out: str = "image") -> "Loader":
+    def with_images(
+        self, file: str = "file", size: tuple[int, int] = (224, 224), mode: str = "RGB", out: str = "image"
+    ) -> Loader:
         """Delivers column `file` also as decoded images in column `out`: each
         file decoded, converted to `mode` ("RGB", "L", "RGBA") and resized to
         `size = (width, height)` on the engine's threads while partitions are
@@ -133,19 +156,20 @@ class Loader(_Base):
         """The epoch the next iteration reads (its shuffle and order)."""
         self.epoch = epoch
 
-    def _rust(self):
+    def _rust(self) -> _internal.Loader:
         auto = _split()
         rank, world, worker, workers = (given if given is not None else a for given, a in zip(self._split, auto))
-        kw = dict(self._kw, rank=rank, world_size=world, worker=worker, num_workers=workers)
+        kw: dict[str, Any] = dict(self._kw, rank=rank, world_size=world, worker=worker, num_workers=workers)
         if isinstance(self._source, str):
             return _internal.Loader(dataset=self._source, version=self._version, **kw)
         return _internal.Loader(chain=self._source._c, **kw)
 
-    def epoch_batches(self, epoch: int):
+    def epoch_batches(self, epoch: int) -> Iterator[Any]:
         """The batches of `epoch` (dicts of column -> values)."""
         for ipc in self._rust().epoch(epoch):
             b = _batch(ipc)
             yield self.transform(b) if self.transform is not None else b
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Any]:
+        """The batches of the epoch `set_epoch` chose (0 at first)."""
         return self.epoch_batches(self.epoch)

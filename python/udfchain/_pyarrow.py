@@ -11,13 +11,19 @@ kept, so later uses cost a plain attribute read.
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING, Any
 
 
 class _PyArrow:
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         value = getattr(importlib.import_module("pyarrow"), name)
         self.__dict__[name] = value
         return value
 
 
-pa = _PyArrow()
+__all__ = ["pa"]
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+else:
+    pa = _PyArrow()

@@ -18,6 +18,8 @@ Guarantees (the engine's side is `Lifecycle` in the Rust crate):
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar, TypeGuard
 
 
 class _Udf:
@@ -28,12 +30,14 @@ class _Udf:
     made by pickling (so constructor arguments travel, the state that
     `setup` builds does not) runs in each worker."""
 
-    kind = "map"
+    kind: ClassVar[str] = "map"
 
     def setup(self) -> None:
         """Builds the state (a model, a client) once per worker."""
 
-    def process(self, *args):  # pragma: no cover - overridden
+    def process(self, *args: Any) -> Any:  # pragma: no cover - overridden
+        """The UDF's work for one call: its parameters name the columns it
+        reads (as a function UDF's do), its return annotation the output type."""
         raise NotImplementedError(f"{type(self).__name__} must define process(...)")
 
     def teardown(self) -> None:
@@ -64,7 +68,7 @@ class Aggregator(_Udf):
     kind = "agg"
 
 
-def is_class_udf(v) -> bool:
+def is_class_udf(v: object) -> TypeGuard[_Udf]:
     return isinstance(v, _Udf)
 
 
@@ -73,21 +77,24 @@ class Setups:
     in this process (each once; pickled without its values, so a worker
     process builds its own)."""
 
-    def __init__(self, fns: dict | None = None):
+    def __init__(self, fns: dict[str, Callable[[], Any]] | None = None) -> None:
+        self._init(fns)
+
+    def _init(self, fns: dict[str, Callable[[], Any]] | None) -> None:
         self.fns = dict(fns or {})
-        self._values: dict = {}
+        self._values: dict[str, Any] = {}
         self._lock = threading.Lock()
 
-    def extended(self, fns: dict) -> Setups:
+    def extended(self, fns: dict[str, Callable[[], Any]]) -> Setups:
         for name, fn in fns.items():
             if not callable(fn):
                 raise TypeError(f"setup({name}=...) takes a callable that builds the value, got {fn!r}")
         return Setups({**self.fns, **fns})
 
-    def names(self) -> set:
+    def names(self) -> set[str]:
         return set(self.fns)
 
-    def values(self, names) -> dict:
+    def values(self, names: Iterable[str]) -> dict[str, Any]:
         """The values of `names`, each built on first use (one at a time)."""
         with self._lock:
             for n in names:
@@ -95,11 +102,11 @@ class Setups:
                     self._values[n] = self.fns[n]()
             return {n: self._values[n] for n in names}
 
-    def __getstate__(self):
+    def __getstate__(self) -> dict[str, Any]:
         return {"fns": self.fns}
 
-    def __setstate__(self, state):
-        self.__init__(state["fns"])
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._init(state["fns"])
 
 
 class Life:
@@ -107,35 +114,38 @@ class Life:
     may set up the same UDF for two runs at once; the state is built by the
     first and torn down by the last."""
 
-    def __init__(self, obj, setups: Setups | None, needs: list[str]):
+    def __init__(self, obj: _Udf | None, setups: Setups | None, needs: list[str]) -> None:
+        self._init(obj, setups, needs)
+
+    def _init(self, obj: _Udf | None, setups: Setups | None, needs: list[str]) -> None:
         self.obj = obj
         self.setups = setups
         self.needs = needs
-        self.values: dict = {}
+        self.values: dict[str, Any] = {}
         self._users = 0
         self._lock = threading.Lock()
 
-    def __getstate__(self):
+    def __getstate__(self) -> dict[str, Any]:
         return {"obj": self.obj, "setups": self.setups, "needs": self.needs}
 
-    def __setstate__(self, state):
-        self.__init__(state["obj"], state["setups"], state["needs"])
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._init(state["obj"], state["setups"], state["needs"])
 
     @property
     def stateful(self) -> bool:
         return self.obj is not None or bool(self.needs)
 
-    def setup(self):
+    def setup(self) -> None:
         """Raises what the setup raised (the caller reports it)."""
         with self._lock:
             if self._users == 0:
-                if self.needs:
+                if self.needs and self.setups is not None:
                     self.values = self.setups.values(self.needs)
                 if self.obj is not None:
                     self.obj.setup()
             self._users += 1
 
-    def teardown(self):
+    def teardown(self) -> None:
         with self._lock:
             if self._users == 0:
                 return

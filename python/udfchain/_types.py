@@ -15,13 +15,17 @@ import datetime
 import functools
 import types
 import typing
+from typing import TYPE_CHECKING, Any
 
 from ._pyarrow import pa
+
+if TYPE_CHECKING:
+    import pyarrow
 
 from ._file import File, file_type
 
 @functools.cache
-def _scalars() -> dict:
+def _scalars() -> dict[Any, pyarrow.DataType]:
     return {
         int: pa.int64(),
         float: pa.float64(),
@@ -44,15 +48,15 @@ _ITERABLES = (
 )
 
 
-def _is_pydantic(t) -> bool:
+def _is_pydantic(t: Any) -> bool:
     return isinstance(t, type) and hasattr(t, "model_fields") and hasattr(t, "model_dump")
 
 
-def _is_typeddict(t) -> bool:
+def _is_typeddict(t: Any) -> bool:
     return isinstance(t, type) and issubclass(t, dict) and hasattr(t, "__annotations__") and hasattr(t, "__total__")
 
 
-def arrow_type(t, where: str) -> pa.DataType:
+def arrow_type(t: Any, where: str) -> pyarrow.DataType:
     """The Arrow type of annotation `t` (`where` names the UDF in errors)."""
     if isinstance(t, pa.DataType):
         return t
@@ -86,7 +90,7 @@ def arrow_type(t, where: str) -> pa.DataType:
     raise TypeError(f"{where}: no Arrow type for {t!r}; annotate with a supported type or pass output=")
 
 
-def element_type(t, where: str):
+def element_type(t: Any, where: str) -> Any:
     """The value type of an iterable annotation (Iterator[T], list[T], ...)."""
     origin = typing.get_origin(t)
     if origin in _ITERABLES and typing.get_args(t):
@@ -94,7 +98,7 @@ def element_type(t, where: str):
     raise TypeError(f"{where}: annotate the return as Iterator[T] or list[T] (got {t!r}), or pass output=")
 
 
-def plain(v):
+def plain(v: Any) -> Any:
     """A value pyarrow converts: dataclasses, pydantic models and Files as dicts."""
     if v is None or isinstance(v, (int, float, str, bytes, bool, datetime.date)):
         return v
@@ -119,7 +123,7 @@ class ConvertError(Exception):
         self.row = row
 
 
-def to_array(values: list, t: pa.DataType) -> pa.Array:
+def to_array(values: list[Any], t: pyarrow.DataType) -> pyarrow.Array:
     """`values` as an array of type `t`, or ConvertError at the first bad row.
     Values of a flat type go to pyarrow as they are (no per-value Python work);
     those of a nested type through `plain` first."""

@@ -15,13 +15,22 @@ from __future__ import annotations
 
 import functools
 import inspect
+import operator
 import traceback
 import typing
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from ._pyarrow import pa
 
 from ._file import files_of, is_file_type
 from ._types import ConvertError, arrow_type, element_type, to_array
+
+if TYPE_CHECKING:
+    import pyarrow
+
+    from ._file import Access
+    from ._state import Life, Setups
 
 
 class UdfFailure(Exception):
@@ -29,7 +38,7 @@ class UdfFailure(Exception):
     `text`; `setup`: the UDF's setup failed (the engine fails the run,
     whatever `on_error` says)."""
 
-    def __init__(self, row, text, setup=False):
+    def __init__(self, row: int | None, text: str, setup: bool = False) -> None:
         super().__init__(text)
         self.row = row
         self.text = text
@@ -42,16 +51,16 @@ def setup_failure(name: str, e: BaseException) -> UdfFailure:
     return UdfFailure(None, f"the setup of UDF {name} raised: {text}", setup=True)
 
 
-def _failure(name: str, row, e: BaseException) -> UdfFailure:
+def _failure(name: str, row: int | None, e: BaseException) -> UdfFailure:
     if isinstance(e, ConvertError):
         return UdfFailure(row if row is not None else e.row, f"{name} {e}")
     text = "".join(traceback.format_exception(type(e), e, e.__traceback__)).rstrip()
     return UdfFailure(row, text)
 
 
-def _columns(ipc: bytes, access) -> list[list]:
+def _columns(ipc: bytes, access: Access | None) -> list[list[Any]]:
     table = pa.ipc.open_stream(ipc).read_all()
-    out = []
+    out: list[list[Any]] = []
     for col in table.columns:
         if is_file_type(col.type):
             out.append(files_of(col, access))
@@ -66,12 +75,12 @@ _IMAGE_FIELDS = ("width", "height", "mode", "data")
 _CHANNELS = {"L": 1, "RGB": 3, "RGBA": 4}
 
 
-def is_image_type(t) -> bool:
+def is_image_type(t: pyarrow.DataType) -> bool:
     """Whether `t` is the engine's image struct (docs/images.md)."""
-    return pa.types.is_struct(t) and tuple(t.field(i).name for i in range(t.num_fields)) == _IMAGE_FIELDS
+    return bool(pa.types.is_struct(t)) and tuple(t.field(i).name for i in range(t.num_fields)) == _IMAGE_FIELDS
 
 
-def images_of(col) -> "Images":
+def images_of(col: Any) -> Images:
     """An image column as numpy arrays (height, width, channels) of uint8,
     each a view of the Arrow buffer (no copy); None for a null row."""
     import numpy as np
@@ -95,18 +104,18 @@ def images_of(col) -> "Images":
     return out
 
 
-class Images(list):
+class Images(list[Any]):
     """The images of a batch (a list of (H, W, C) uint8 arrays, None for a
     null row) that numpy sees as one (N, H, W, C) array: `np.asarray(images)`
     is a view of the Arrow buffer, no copy, when every image has one shape
     and they lie back to back (as a column of one `image_resize` does);
     otherwise it is stacked (a copy). A null row cannot be stacked."""
 
-    def __init__(self, *args):
+    def __init__(self, *args: Any) -> None:
         super().__init__(*args)
-        self._runs = []  # (first row, end row, buffer, byte offset of the first row)
+        self._runs: list[tuple[int, int, Any, int]] = []  # (first row, end row, buffer, byte offset of the first row)
 
-    def __array__(self, dtype=None, copy=None):
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> Any:
         import numpy as np
 
         if any(a is None for a in self):
@@ -118,7 +127,7 @@ class Images(list):
         array = whole if whole is not None else (np.stack(self) if self else np.empty((0, 0, 0, 0), np.uint8))
         return array if dtype is None else array.astype(dtype, copy=False)
 
-    def _view(self, shape):
+    def _view(self, shape: tuple[int, ...]) -> Any:
         import numpy as np
 
         first, end, buffer, offset = self._runs[0]
@@ -143,11 +152,11 @@ class _Encoder:
 
     _EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 
-    def __init__(self, t):
+    def __init__(self, t: pyarrow.DataType | bytes) -> None:
         self._t = t
-        self.t = None
+        self.t: pyarrow.DataType | None = None
 
-    def __call__(self, values: list) -> bytes:
+    def __call__(self, values: list[Any]) -> bytes:
         if self.t is None:
             # Calls run at once on several threads: `t` is set last, so a
             # call that sees it also sees the schema and the head.
@@ -159,18 +168,20 @@ class _Encoder:
             self.t = t
         array = to_array(values, self.t)
         batch = pa.RecordBatch.from_arrays([array], schema=self.schema)
-        return b"".join((self.head, batch.serialize().to_pybytes(), self._EOS))
+        return b"".join((self.head, bytes(batch.serialize().to_pybytes()), self._EOS))
 
 
-def schema_ipc(name: str, t: pa.DataType) -> bytes:
+def schema_ipc(name: str, t: pyarrow.DataType) -> bytes:
     """The IPC schema of a UDF's one output field."""
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, pa.schema([pa.field(name, t)])):
         pass
-    return sink.getvalue().to_pybytes()
+    return bytes(sink.getvalue().to_pybytes())
 
 
-def params_of(fn, params, setups=frozenset()) -> list[str]:
+def params_of(
+    fn: Callable[..., Any], params: str | typing.Sequence[str] | None, setups: typing.AbstractSet[str] = frozenset()
+) -> list[str]:
     """The columns a UDF reads: `params`, else its positional parameters'
     names but those that name a `Chain.setup` value (in `setups`)."""
     if params is not None:
@@ -188,14 +199,15 @@ def params_of(fn, params, setups=frozenset()) -> list[str]:
     return names
 
 
-def _name(fn) -> str:
+def _name(fn: Callable[..., Any]) -> str:
     owner = getattr(fn, "__self__", None)
     if owner is not None and not isinstance(owner, type):  # a class UDF's process
         return type(owner).__name__
-    return getattr(fn, "__name__", None) or type(fn).__name__
+    name = getattr(fn, "__name__", None)
+    return name if isinstance(name, str) and name else type(fn).__name__
 
 
-def setup_params(fn, setups) -> list[str]:
+def setup_params(fn: Callable[..., Any], setups: Setups | None) -> list[str]:
     """The parameters of `fn` that name a `Chain.setup` value."""
     if not setups:
         return []
@@ -203,7 +215,7 @@ def setup_params(fn, setups) -> list[str]:
     return [p for p in inspect.signature(fn).parameters if p in names]
 
 
-def output_type(fn, output, kind: str) -> pa.DataType:
+def output_type(fn: Callable[..., Any], output: Any, kind: str) -> pyarrow.DataType:
     """The Arrow type of a UDF's values: `output`, else its return annotation."""
     where = f"UDF {_name(fn)}"
     if output is not None:
@@ -232,7 +244,14 @@ class Invoker:
     IPC stream (any column type) and returns IPC streams. Files in `cols`
     already read through `access`."""
 
-    def __init__(self, fn, kind: str, t, life=None, concurrency=None):
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        kind: str,
+        t: pyarrow.DataType | bytes,
+        life: Life | None = None,
+        concurrency: int | None = None,
+    ) -> None:
         self.fn = fn
         self.kind = kind
         self.name = _name(fn)
@@ -242,29 +261,31 @@ class Invoker:
         self.stateful = life is not None and life.stateful
         self.concurrency = concurrency
 
-    def setup(self):
+    def setup(self) -> None:
         """Builds the UDF's state (the engine calls it once per run before
         the first call); a failure is `UdfFailure` with `setup` set."""
         try:
-            self.life.setup()
+            if self.life is not None:
+                self.life.setup()
         except Exception as e:
             raise setup_failure(self.name, e) from None
 
-    def teardown(self):
-        self.life.teardown()
+    def teardown(self) -> None:
+        if self.life is not None:
+            self.life.teardown()
 
-    def _fn(self):
+    def _fn(self) -> Callable[..., Any]:
         """The function with the `Chain.setup` values it takes bound."""
         values = self.life.values if self.life is not None else None
         return functools.partial(self.fn, **values) if values else self.fn
 
-    def __call__(self, ipc, access, *rest):
+    def __call__(self, ipc: bytes, access: Access, *rest: int) -> bytes | Iterator[bytes]:
         cols = _columns(ipc, access)
         if self.kind == "gen":
             return (self.encode(chunk) for chunk in self.gen(cols, access, *rest))
         return self.encode(self.values(cols, access))
 
-    def values(self, cols: list[list], access=None) -> list:
+    def values(self, cols: list[list[Any]], access: Access | None = None) -> list[Any]:
         """The outputs of one call (one per row for map and batch_map)."""
         fn, name = self._fn(), self.name
         if self.kind != "map":
@@ -278,21 +299,21 @@ class Invoker:
         try:
             out = list(map(fn, first, *cols[1:]))
         except Exception as e:
-            raise _failure(name, len(cols[0]) - 1 - first.__length_hint__(), e) from None
+            raise _failure(name, len(cols[0]) - 1 - operator.length_hint(first), e) from None
         if len(out) != len(cols[0]):  # a StopIteration out of fn ends map() early
             raise _failure(name, len(out), RuntimeError(f"{name} raised StopIteration"))
         return out
 
-    def encode(self, out: list) -> bytes:
+    def encode(self, out: list[Any]) -> bytes:
         """`out` as an IPC stream, or UdfFailure at the first value that does not convert."""
         try:
             return self._encode(out)
         except Exception as e:  # ConvertError names its row; a generator has one
             raise _failure(self.name, 0 if self.kind == "gen" else None, e) from None
 
-    def gen(self, cols: list[list], access, max_rows: int):
+    def gen(self, cols: list[list[Any]], access: Access | None, max_rows: int) -> Iterator[list[Any]]:
         """A generator's values in chunks (lists) of at most `max_rows`."""
-        chunk = []
+        chunk: list[Any] = []
         try:
             for v in self._fn()(*[c[0] for c in cols]):
                 chunk.append(v)
@@ -305,7 +326,13 @@ class Invoker:
             raise _failure(self.name, 0, e) from None
 
 
-def invoker(fn, kind: str, t: pa.DataType, life=None, concurrency=None) -> Invoker:
+def invoker(
+    fn: Callable[..., Any],
+    kind: str,
+    t: pyarrow.DataType,
+    life: Life | None = None,
+    concurrency: int | None = None,
+) -> Invoker:
     """The invoker of `fn` as a UDF of `kind` with values of type `t`
     (`life`: its `_state.Life`, when it has state)."""
     if kind not in ("map", "batch_map", "agg", "gen"):

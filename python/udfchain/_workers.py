@@ -54,10 +54,23 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 from ._file import File
 from ._udf import Invoker, UdfFailure, schema_ipc
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+
+    import pyarrow
+
+    from ._file import Access
+    from ._internal import FileAccess
+    from ._state import Life
+
+Env = dict[str, str]
 
 # How often a call waiting on a worker checks whether its query dropped it.
 POLL = 0.1
@@ -68,11 +81,12 @@ _SPAWN = multiprocessing.get_context("spawn")
 _KEYS = itertools.count()
 
 
-def _name(fn) -> str:
-    return getattr(fn, "__name__", None) or type(fn).__name__
+def _name(fn: Callable[..., Any]) -> str:
+    name = getattr(fn, "__name__", None)
+    return name if isinstance(name, str) and name else type(fn).__name__
 
 
-def _dumps(value) -> bytes:
+def _dumps(value: object) -> bytes:
     """`value` pickled; by value with cloudpickle (when installed) for what
     plain pickle cannot send (lambdas, nested functions)."""
     try:
@@ -82,10 +96,11 @@ def _dumps(value) -> bytes:
             import cloudpickle
         except ImportError:
             raise
-        return cloudpickle.dumps(value)
+        data: bytes = cloudpickle.dumps(value)
+        return data
 
 
-def spec_of(fn, kind: str, t, life=None) -> bytes:
+def spec_of(fn: Callable[..., Any], kind: str, t: bytes, life: Life | None = None) -> bytes:
     """What a worker needs to run `fn` (with `life`, its `_state.Life`),
     pickled; a TypeError when it cannot."""
     where = f"UDF {_name(fn)} cannot run in worker processes (processes=)"
@@ -116,7 +131,7 @@ def spec_of(fn, kind: str, t, life=None) -> bytes:
         ) from None
 
 
-def gpu_envs(gpus, instances: int) -> list[dict]:
+def gpu_envs(gpus: float, instances: int) -> list[Env]:
     """The environment of each of `instances` workers of a UDF with `gpus`
     per instance (a count, or a fraction: instances sharing a device): its
     `CUDA_VISIBLE_DEVICES`, from the devices this process sees
@@ -166,7 +181,7 @@ def _visible_devices() -> list[str]:
 class _Worker:
     """One spawned worker process and the parent's end of its pipe."""
 
-    def __init__(self, env: dict | None = None, slot: int = 0):
+    def __init__(self, env: Env | None = None, slot: int = 0) -> None:
         parent, child = _SPAWN.Pipe()
         self.process = _SPAWN.Process(
             target=_serve, args=(child, os.getpid(), env), name="udfchain-worker", daemon=True
@@ -179,7 +194,7 @@ class _Worker:
         self.states: set[int] = set()  # the stateful UDFs (keys) it was called for
         self.pending: set[int] = set()  # their teardowns asked while it was busy
 
-    def teardown(self, key: int, name: str):
+    def teardown(self, key: int, name: str) -> None:
         """Asks the worker to tear `key`'s state down and waits for it."""
         self.states.discard(key)
         self.pending.discard(key)
@@ -213,7 +228,7 @@ class _Worker:
             "(processes=); the worker's stderr may say why",
         )
 
-    def kill(self):
+    def kill(self) -> None:
         """Stops a busy worker: SIGTERM unwinds its call and it tears its
         state down and exits; killed if it has not after `GRACE` seconds
         (at once when it holds no state)."""
@@ -225,7 +240,7 @@ class _Worker:
             self.process.kill()
         self.process.join(5)
 
-    def stop(self):
+    def stop(self) -> None:
         """Asks the worker to leave (EOF on its pipe); kills it if it does not."""
         self.conn.close()
         self.process.join(GRACE if self.states else 2)
@@ -238,7 +253,7 @@ class _Pool:
     """Idle workers shared by every UDF of the process (or, with `envs`,
     the workers of one UDF, each with its own environment), started on demand."""
 
-    def __init__(self, envs: list[dict] | None = None):
+    def __init__(self, envs: list[Env] | None = None) -> None:
         self._lock = threading.Lock()
         self._idle: list[_Worker] = []
         self._all: set[_Worker] = set()
@@ -256,7 +271,7 @@ class _Pool:
         slot = next((i for i in range(len(self._envs)) if i not in used), 0)
         return _Worker(self._envs[slot], slot)
 
-    def teardown(self, key: int, name: str):
+    def teardown(self, key: int, name: str) -> None:
         """Tears `key`'s state down in every worker that may hold it: the
         idle ones now, the busy ones when they are given back."""
         with self._lock:
@@ -286,7 +301,7 @@ class _Pool:
             self._all.add(w)
         return w
 
-    def prestart(self, n: int):
+    def prestart(self, n: int) -> None:
         """Starts workers until `n` are idle: they boot (an interpreter,
         udfchain, the UDF's module) while the run plans, lists and fetches."""
         with self._lock:
@@ -302,7 +317,7 @@ class _Pool:
                 self._all.add(w)
                 self._idle.append(w)
 
-    def give(self, w: _Worker):
+    def give(self, w: _Worker) -> None:
         for key in list(w.pending):
             w.teardown(key, f"key {key}")
         with self._lock:
@@ -312,12 +327,12 @@ class _Pool:
             self._all.discard(w)
         w.stop()
 
-    def drop(self, w: _Worker):
+    def drop(self, w: _Worker) -> None:
         with self._lock:
             self._all.discard(w)
         w.kill()
 
-    def shutdown(self, closing: bool = True):
+    def shutdown(self, closing: bool = True) -> None:
         """Stops every worker; with `closing`, for good (the interpreter exits)."""
         with self._lock:
             self._closed = closing
@@ -329,7 +344,7 @@ class _Pool:
 
     def pids(self) -> list[int]:
         with self._lock:
-            return sorted(w.process.pid for w in self._all)
+            return sorted(w.process.pid for w in self._all if w.process.pid is not None)
 
 
 _POOLS: list[_Pool] = []
@@ -352,7 +367,7 @@ class _Cancelled(Exception):
     pass
 
 
-def _next(w: _Worker, access, name: str):
+def _next(w: _Worker, access: FileAccess, name: str) -> Any:
     """The worker's next message other than a file request (served here)."""
     while True:
         while not w.conn.poll(POLL):
@@ -373,7 +388,7 @@ def _next(w: _Worker, access, name: str):
 
 
 @contextmanager
-def _slot(slots: threading.Semaphore, access):
+def _slot(slots: threading.Semaphore, access: FileAccess) -> Iterator[None]:
     while not slots.acquire(timeout=POLL):
         if access.cancelled():
             raise UdfFailure(None, "cancelled: the query dropped this call")
@@ -391,7 +406,16 @@ class Remote:
     converts them, as in-process) or, when they do not pickle, as the IPC
     stream the worker encoded."""
 
-    def __init__(self, fn, kind: str, t, processes: int, life=None, concurrency=None, gpus=None):
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        kind: str,
+        t: pyarrow.DataType,
+        processes: int,
+        life: Life | None = None,
+        concurrency: int | None = None,
+        gpus: float | None = None,
+    ) -> None:
         self.spec = spec_of(fn, kind, schema_ipc(_name(fn), t), life)
         self.key = next(_KEYS)
         self.name = _name(fn)
@@ -406,12 +430,12 @@ class Remote:
         self.pool = _Pool(gpu_envs(gpus, processes)) if gpus is not None else POOL
         self.pool.prestart(processes)
 
-    def setup(self):
+    def setup(self) -> None:
         """A run starts: workers set up on their first call of it."""
         with self._runs_lock:
             self._runs += 1
 
-    def teardown(self):
+    def teardown(self) -> None:
         """A run ended: when no other is running, every worker that set the
         UDF up tears it down."""
         with self._runs_lock:
@@ -420,7 +444,7 @@ class Remote:
         if last:
             self.pool.teardown(self.key, self.name)
 
-    def _start(self, w: _Worker, op: str, *args):
+    def _start(self, w: _Worker, op: str, *args: Any) -> None:
         first = self.key not in w.loaded
         try:
             w.conn.send((op, self.key, self.spec if first else None, *args))
@@ -430,10 +454,10 @@ class Remote:
         if self.stateful:
             w.states.add(self.key)
 
-    def encode(self, out: list) -> bytes:
+    def encode(self, out: list[Any]) -> bytes:
         return self._encoder.encode(out)
 
-    def _call(self, rows, access):
+    def _call(self, rows: bytes | list[list[Any]], access: FileAccess) -> Any:
         with _slot(self._slots, access):
             w = self.pool.take()
             try:
@@ -450,7 +474,7 @@ class Remote:
                 raise UdfFailure(*msg[1:])
             return msg[1]
 
-    def _gen(self, rows, access, max_rows):
+    def _gen(self, rows: bytes | list[list[Any]], access: FileAccess, max_rows: int) -> Iterator[Any]:
         with _slot(self._slots, access):
             w = self.pool.take()
             clean = False
@@ -476,19 +500,27 @@ class Remote:
                 else:
                     self.pool.drop(w)
 
-    def __call__(self, ipc: bytes, access, *rest):
+    def __call__(self, ipc: bytes, access: FileAccess, *rest: int) -> Any:
         if self.kind == "gen":
             return self._gen(ipc, access, *rest)
         return self._call(ipc, access)
 
-    def values(self, cols: list[list], access):
+    def values(self, cols: list[list[Any]], access: FileAccess) -> Any:
         return self._call(cols, access)
 
-    def gen(self, cols: list[list], access, max_rows: int):
+    def gen(self, cols: list[list[Any]], access: FileAccess, max_rows: int) -> Iterator[Any]:
         return self._gen(cols, access, max_rows)
 
 
-def remote(fn, kind: str, t, processes: int, life=None, concurrency=None, gpus=None) -> Remote:
+def remote(
+    fn: Callable[..., Any],
+    kind: str,
+    t: pyarrow.DataType,
+    processes: int,
+    life: Life | None = None,
+    concurrency: int | None = None,
+    gpus: float | None = None,
+) -> Remote:
     """`fn` run in `processes` worker processes (see `Remote`)."""
     return Remote(fn, kind, t, processes, life, concurrency, gpus)
 
@@ -500,15 +532,15 @@ def remote(fn, kind: str, t, processes: int, life=None, concurrency=None, gpus=N
 class _Access:
     """A worker's FileAccess: asks the parent's, over the pipe, for one call."""
 
-    def __init__(self, conn):
+    def __init__(self, conn: Connection) -> None:
         self._conn = conn
         self._open = True
-        self._paths = {}
+        self._paths: dict[Any, str | None] = {}
 
-    def close(self):
+    def close(self) -> None:
         self._open = False
 
-    def _ask(self, method, *args):
+    def _ask(self, method: str, *args: Any) -> Any:
         if not self._open:
             raise RuntimeError("this File belongs to a UDF call that has ended: read it inside the UDF")
         self._conn.send(("file", method, args))
@@ -517,28 +549,30 @@ class _Access:
             raise OSError(value)
         return value
 
-    def local_path(self, f):
+    def local_path(self, f: Any) -> str | None:
         if f not in self._paths:
             self._paths[f] = self._ask("local_path", f)
         return self._paths[f]
 
-    def read(self, f):
+    def read(self, f: Any) -> bytes:
         path = self.local_path(f)
         if path is not None:
             with open(path, "rb") as fh:
                 return fh.read()
-        return self._ask("read", f)
+        data: bytes = self._ask("read", f)
+        return data
 
-    def read_range(self, f, start, end):
+    def read_range(self, f: Any, start: int, end: int) -> bytes:
         path = self.local_path(f)
         if path is not None:
             with open(path, "rb") as fh:
                 fh.seek(start)
                 return fh.read(max(0, end - start))
-        return self._ask("read_range", f, start, end)
+        data: bytes = self._ask("read_range", f, start, end)
+        return data
 
-    def in_memory(self, f):
-        return self._ask("in_memory", f)
+    def in_memory(self, f: Any) -> bool:
+        return bool(self._ask("in_memory", f))
 
 
 class _Stop(BaseException):
@@ -546,11 +580,11 @@ class _Stop(BaseException):
     `except Exception`), then the worker tears down and exits."""
 
 
-def _stop(signum, frame):
+def _stop(signum: int, frame: object) -> None:
     raise _Stop
 
 
-def _watch_parent(parent: int):
+def _watch_parent(parent: int) -> None:
     # The pipe's EOF ends an idle worker; this ends a busy one whose parent
     # died (SIGTERM: it tears down first; killed after GRACE if it hangs).
     while True:
@@ -561,14 +595,14 @@ def _watch_parent(parent: int):
             os._exit(1)
 
 
-def _serve(conn, parent: int, env: dict | None = None):
+def _serve(conn: Connection, parent: int, env: Env | None = None) -> None:
     """A worker's loop: runs calls until its pipe closes or SIGTERM; then
     tears down every state it set up."""
     os.environ.update(env or {})
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _stop)
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
-    invokers = {}
+    invokers: dict[int, Invoker] = {}
     ready: set[int] = set()  # the keys whose state is set up here
     try:
         _loop(conn, invokers, ready)
@@ -578,25 +612,25 @@ def _serve(conn, parent: int, env: dict | None = None):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one stop: let teardown finish
         for key in list(ready):
             try:
-                invokers[key].life.teardown()
+                invokers[key].teardown()
             except Exception:
                 traceback.print_exc()
 
 
-def _loop(conn, invokers: dict, ready: set):
-    broken: dict = {}  # the keys whose setup failed here, and how
+def _loop(conn: Connection, invokers: dict[int, Invoker], ready: set[int]) -> None:
+    broken: dict[int, UdfFailure] = {}  # the keys whose setup failed here, and how
     while True:
         try:
             op, key, spec, rows, *rest = conn.recv()
         except (EOFError, OSError):
             return
         if op == "teardown":
-            reply = ("done",)
+            reply: tuple[Any, ...] = ("done",)
             broken.pop(key, None)  # the run ended: the next one may set up again
             if key in ready:
                 ready.discard(key)
                 try:
-                    invokers[key].life.teardown()
+                    invokers[key].teardown()
                 except Exception as e:
                     text = "".join(traceback.format_exception(type(e), e, e.__traceback__)).rstrip()
                     reply = ("fail", None, text)
@@ -633,8 +667,8 @@ def _loop(conn, invokers: dict, ready: set):
                 if op == "call":
                     _send_values(conn, "done", inv, inv.values(rows, access))
                 else:
-                    for chunk in inv.gen(rows, access, rest[0]):
-                        _send_values(conn, "chunk", inv, chunk)
+                    for values in inv.gen(rows, access, rest[0]):
+                        _send_values(conn, "chunk", inv, values)
                     conn.send(("end",))
         except UdfFailure as e:
             conn.send(("fail", e.row, e.text, e.setup))
@@ -645,7 +679,7 @@ def _loop(conn, invokers: dict, ready: set):
             access.close()
 
 
-def _attach(cols: list[list], access):
+def _attach(cols: list[list[Any]], access: Access) -> None:
     """Files arrive as their fields: they read through this worker's call."""
     for col in cols:
         for v in col:
@@ -653,7 +687,7 @@ def _attach(cols: list[list], access):
                 v._access = access
 
 
-def _send_values(conn, tag: str, inv: Invoker, values: list):
+def _send_values(conn: Connection, tag: str, inv: Invoker, values: list[Any]) -> None:
     """`values` as they are (pickled), or encoded here when they do not pickle."""
     try:
         data = pickle.dumps((tag, values), protocol=pickle.HIGHEST_PROTOCOL)
