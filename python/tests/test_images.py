@@ -267,3 +267,28 @@ def test_image_to_tensor_is_an_arrow_fixed_shape_tensor_numpy_reads_whole(tmp_pa
     assert expr.column("x").combine_chunks().to_numpy_ndarray().shape == (4, 8, 16, 3)
     with pytest.raises(uc.UdfchainError, match="image_to_tensor"):
         uc.query(f"SELECT image_to_tensor(image_decode(file), file.size, 8) FROM read_storage('{d}')").to_pyarrow()
+
+
+def test_decode_in_a_mode_and_the_pixel_limit(tmp_path: Path) -> None:
+    d = tmp_path / "imgs"
+    d.mkdir()
+    for i in range(3):
+        Image.fromarray(picture(40, 30, seed=i)).save(d / f"{i}.png")
+    # image_decode(file, 'L') and the fused decode + resize give Pillow's gray pixels.
+    got = decoded(d, "image_decode(file, 'L')")
+    fused = decoded(d, "image_resize(image_decode(file, 'L'), 40, 30, 'bilinear')")
+    for name, img in got.items():
+        want = np.asarray(Image.open(d / Path(name).name).convert("L"))
+        assert img["mode"] == "L"
+        assert np.array_equal(pixels(img)[:, :, 0], want)
+        assert fused[name] == img  # 40x30 to 40x30: the image as it is
+    # 40x30 = 1200 pixels: over a limit of 1000 each image is its row's error.
+    try:
+        uc.run("SET max_image_pixels = 1000; SET on_error = 'null'")
+        t = uc.query(f"SELECT image_decode(file) AS img FROM read_storage('{d}')").to_pyarrow()
+        assert t.column("img").null_count == 3
+        uc.run("SET on_error = 'fail'")
+        with pytest.raises(uc.UdfchainError, match="over the limit of 1000"):
+            uc.query(f"SELECT image_thumbnail(file, 8) AS t FROM read_storage('{d}')").to_pyarrow()
+    finally:
+        uc.run("SET max_image_pixels = 178956970; SET on_error = 'fail'")

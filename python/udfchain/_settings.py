@@ -22,8 +22,8 @@ class Settings(TypedDict, total=False):
     batch_size 1000, ordered True, max_connections 128, on_error "fail",
     root $UDFCHAIN_ROOT or ./.udfchain, memory_limit none, memory_file_limit
     "1m", progress False, cluster local, cluster_executor_timeout "60s",
-    checkpoints True, delta_unsafe False, storage from the environment,
-    processes None (in-process).
+    checkpoints True, delta_unsafe False, max_image_pixels 178956970,
+    storage from the environment, processes None (in-process).
     """
 
     prefetch: int | Literal["auto"] | None
@@ -43,5 +43,6 @@ class Settings(TypedDict, total=False):
     cluster_executor_timeout: str | None
     checkpoints: bool | Literal["fresh"] | None
     delta_unsafe: bool | None
+    max_image_pixels: int | None
     storage: Mapping[str, str | int | bool] | None
     processes: int | bool | None
