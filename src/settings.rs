@@ -607,6 +607,14 @@ impl Settings {
         self.parallel.unwrap_or_else(crate::runtime::cores).max(1)
     }
 
+    /// These settings with `parallel = n` unless `parallel` was set.
+    pub(crate) fn parallel_by_default(self, n: usize) -> Self {
+        match self.parallel {
+            Some(_) => self,
+            None => self.parallel(n),
+        }
+    }
+
     /// `workers`: partitions per UDF on a cluster.
     pub fn get_workers(&self) -> usize {
         self.workers.unwrap_or(1).max(1)

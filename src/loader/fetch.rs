@@ -199,7 +199,14 @@ async fn with_column(
     )?
     .build()?;
     let batches = Chain::from_plan(Arc::clone(session), plan)
-        .settings(Settings::new().ordered(true).on_error(OnError::Fail))
+        .settings(
+            Settings::new()
+                .ordered(true)
+                .on_error(OnError::Fail)
+                // Each call reads its file, then decodes: two per core keep
+                // the cores busy while calls read (as SQL's decode nodes).
+                .parallel(2 * crate::runtime::cores()),
+        )
         .udf(Udf::Map(mapper))
         .collect()
         .await?;

@@ -639,6 +639,13 @@ impl Rewriter {
         if b.header_only {
             s = s.prefetch(0);
         }
+        if b.decode.is_some() {
+            // A decode call reads its file, then holds a core for
+            // milliseconds: with one call per core a core idles while its
+            // call reads (measured locally: 405 files/s at 2 calls on 2
+            // cores, 527 at 4, 536 at 8).
+            s = s.parallel_by_default(2 * crate::runtime::cores());
+        }
         inputs[i] = attach(input, &param, Udf::Map(udf), s)?;
         self.made.push(Made {
             udf: b.key.clone(),
