@@ -186,7 +186,7 @@ def run_udfchain_i(config: dict) -> list:
     if path == "sql":
         if storage:
             uc.run("".join(f"SET storage.{k} = '{str(v).lower() if isinstance(v, bool) else v}';" for k, v in storage.items()))
-        t = uc.query(f"SELECT image_resize(image_convert(image_decode(file), 'RGB'), {I_SIZE}, {I_SIZE}) AS img "
+        t = uc.query(f"SELECT image_resize(image_convert(image_decode(file), 'RGB'), {I_SIZE}, {I_SIZE}, 'bilinear') AS img "
                      f"FROM read_storage('{src}')").to_pyarrow()
     else:
         f = uc.func
@@ -197,7 +197,7 @@ def run_udfchain_i(config: dict) -> list:
             # A file-reading built-in in an expression runs under the
             # session's settings (the runner's): SET them there.
             uc.run(f"SET prefetch = {config['prefetch']}")
-        img = f.image_resize(f.image_convert(f.image_decode("file"), "RGB"), I_SIZE, I_SIZE)
+        img = f.image_resize(f.image_convert(f.image_decode("file"), "RGB"), I_SIZE, I_SIZE, "bilinear")
         t = c.select(img=img).to_pyarrow()
     data = t.column("img").combine_chunks().field("data")
     if not len(data):
