@@ -23,6 +23,7 @@ mod functions;
 pub mod statement;
 
 pub use builtins::{Builtin, builtins};
+pub(crate) use functions::NAMES as TABLE_FUNCTIONS;
 pub use statement::{Kind, Statement, split};
 
 use std::sync::{Arc, Mutex};

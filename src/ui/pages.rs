@@ -115,6 +115,20 @@ fn error_page(
     )
 }
 
+/// The versions of dataset `name` (none when the catalog cannot be listed).
+async fn versions_of(catalog: &Catalog, name: &str) -> Vec<u32> {
+    catalog
+        .list_async()
+        .await
+        .map(|l| {
+            l.into_iter()
+                .filter(|i| i.name == name)
+                .map(|i| i.version)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// `GET /static/style.css`.
 pub(super) async fn style() -> Response {
     ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], STYLE).into_response()
@@ -481,17 +495,7 @@ pub(super) async fn version(
             return error_page(StatusCode::NOT_FOUND, &name, &e.to_string(), "", started);
         }
     };
-    let versions: Vec<u32> = state
-        .catalog
-        .list_async()
-        .await
-        .map(|l| {
-            l.into_iter()
-                .filter(|i| i.name == name)
-                .map(|i| i.version)
-                .collect()
-        })
-        .unwrap_or_default();
+    let versions = versions_of(&state.catalog, &name).await;
     let title = format!("{name} v{version}");
     let columns: Vec<String> = info
         .schema
@@ -915,17 +919,7 @@ pub(super) async fn compare(
         p.get(k)
             .and_then(|v| v.trim().trim_start_matches('v').parse::<u32>().ok())
     };
-    let versions: Vec<u32> = state
-        .catalog
-        .list_async()
-        .await
-        .map(|l| {
-            l.into_iter()
-                .filter(|i| i.name == name)
-                .map(|i| i.version)
-                .collect()
-        })
-        .unwrap_or_default();
+    let versions = versions_of(&state.catalog, &name).await;
     let title = format!("Compare {name}");
     let (Some(a), Some(b)) = (version("a"), version("b")) else {
         return error_page(

@@ -34,16 +34,12 @@ use datafusion::sql::sqlparser::tokenizer::Token;
 use crate::session::Session;
 use crate::util::redact::redact;
 
-/// Table functions whose first argument is a URI or a local path.
-const PATH_FUNCTIONS: &[&str] = &[
-    "read_storage",
-    "read_parquet",
-    "read_csv",
-    "read_json",
-    "tar_members",
-    "webdataset",
-    "parquet_rows",
-];
+/// Table functions whose first argument is a URI or a local path: every
+/// table function of scripts but `read_dataset` (a dataset's name), so a new
+/// one is checked unless it is exempted here.
+fn reads_a_path(name: &str) -> bool {
+    name != "read_dataset" && crate::script::TABLE_FUNCTIONS.contains(&name)
+}
 
 /// URI schemes of object stores (not local paths).
 const REMOTE_SCHEMES: &[&str] = &[
@@ -170,7 +166,7 @@ impl Reads<'_> {
     fn table_function(&mut self, name: &ObjectName, args: &[FunctionArg]) -> ControlFlow<()> {
         let name = name.to_string().to_ascii_lowercase();
         let name = name.rsplit('.').next().unwrap_or(&name).trim_matches('"');
-        if !PATH_FUNCTIONS.contains(&name) {
+        if !reads_a_path(name) {
             return ControlFlow::Continue(());
         }
         let first = args.first().and_then(|a| match a {

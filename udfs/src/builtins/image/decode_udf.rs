@@ -191,6 +191,13 @@ impl DecodeSpec {
         };
         resized.map_err(|e| super::ImageError::Corrupt(e.to_string()))
     }
+    /// The image in `file`'s `bytes`, as this spec says; an error names the file.
+    pub fn apply_to(&self, file: &File, bytes: &[u8]) -> Result<Image, UdfError> {
+        self.apply(bytes).map_err(|e| UdfError::Read {
+            url: file.url(),
+            source: Box::new(e),
+        })
+    }
 }
 
 /// The decode UDF of `spec`, reading column `param`, writing `output`.
@@ -209,16 +216,6 @@ pub fn decode_udf(
 struct DecodeUdf {
     signature: Signature,
     spec: DecodeSpec,
-}
-
-impl DecodeUdf {
-    /// One row's image from its bytes.
-    fn one(&self, file: &File, bytes: &[u8]) -> Result<Image, UdfError> {
-        self.spec.apply(bytes).map_err(|e| UdfError::Read {
-            url: file.url(),
-            source: Box::new(e),
-        })
-    }
 }
 
 #[async_trait]
@@ -257,7 +254,7 @@ impl Mapper for DecodeUdf {
         }
         let decoded: Vec<Result<Image, UdfError>> = blocking(|| {
             read.into_par_iter()
-                .map(|r| r.and_then(|(f, bytes)| self.one(f, &bytes)))
+                .map(|r| r.and_then(|(f, bytes)| self.spec.apply_to(f, &bytes)))
                 .collect()
         });
         let mut values = Vec::with_capacity(decoded.len());

@@ -36,29 +36,19 @@ use crate::file::File;
 /// a file that is not an image, is corrupt or over [`MAX_IMAGE_PIXELS`] is
 /// that row's error.
 pub async fn image_decode(file: File) -> Result<Image, UdfError> {
-    decode_file(file, DecodeOptions::default()).await
-}
-
-/// The image in a stored file decoded as `options` say (a mode, a size
-/// hint, a pixel limit).
-pub async fn decode_file(file: File, options: DecodeOptions) -> Result<Image, UdfError> {
-    let bytes = file.read().await?;
-    decode(&bytes, &options).map_err(|e| UdfError::Read {
-        url: file.url(),
-        source: Box::new(e),
-    })
+    decode_file(file, DecodeSpec::default()).await
 }
 
 /// A thumbnail of a stored image: RGB, its longer side at most `max_side`,
 /// decoded at reduced size where the format allows (a JPEG in the DCT).
 pub async fn image_thumbnail(file: File, max_side: u32) -> Result<Image, UdfError> {
+    decode_file(file, DecodeSpec::thumbnail(max_side)).await
+}
+
+/// The image in a stored file, decoded as `spec` says.
+pub async fn decode_file(file: File, spec: DecodeSpec) -> Result<Image, UdfError> {
     let bytes = file.read().await?;
-    DecodeSpec::thumbnail(max_side)
-        .apply(&bytes)
-        .map_err(|e| UdfError::Read {
-            url: file.url(),
-            source: Box::new(e),
-        })
+    spec.apply_to(&file, &bytes)
 }
 
 /// `f` of every image of the image column `array`, computed in parallel on

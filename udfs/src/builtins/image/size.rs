@@ -174,27 +174,12 @@ mod tests {
         (got, source.reads())
     }
 
-    fn crc32(bytes: &[u8]) -> u32 {
-        let mut crc = !0u32;
-        for &b in bytes {
-            crc ^= u32::from(b);
-            for _ in 0..8 {
-                crc = if crc & 1 == 1 {
-                    (crc >> 1) ^ 0xEDB8_8320
-                } else {
-                    crc >> 1
-                };
-            }
-        }
-        !crc
-    }
-
     fn png_chunk(out: &mut Vec<u8>, kind: &[u8; 4], data: &[u8]) {
         out.extend_from_slice(&(data.len() as u32).to_be_bytes());
         let start = out.len();
         out.extend_from_slice(kind);
         out.extend_from_slice(data);
-        let crc = crc32(&out[start..]);
+        let crc = crc32fast::hash(&out[start..]);
         out.extend_from_slice(&crc.to_be_bytes());
     }
 
