@@ -1,38 +1,28 @@
-//! Logical UDF nodes, their physical planning, and the physical operators (one
-//! per file): `MapExec`, `GenerateExec`, `BatchMapExec`, `AggregateExec`, and
-//! `PrefetchExec` (a folder: the node, its stream, its downloads, its window);
-//! a save's `Checkpoint` and the `Memo` of each UDF's results in it.
+//! From a UDF in a logical plan to the operators that run it, in rooms:
+//! `logical/` the UDF value and its logical node; `planner.rs` their physical
+//! planning; `exec/` the UDF operators (one per kind) and what their calls
+//! share; `prefetch/` the `PrefetchExec` that downloads the files of the next
+//! rows while the UDF works; `memo/` a save's checkpoint and each UDF's
+//! results in it; `report.rs` and `skip_list.rs` what a run did;
+//! `row_slices.rs` the row slicing the operators share.
 
-mod aggregate;
-mod batch_map;
-mod batches;
-mod checkpoint;
-mod generate;
-mod in_order;
-mod lifecycle;
-mod map;
+mod exec;
+mod logical;
 mod memo;
-mod node;
-mod on_error;
-mod operator;
-mod output;
 mod planner;
 mod prefetch;
-mod renamed;
 mod report;
+mod row_slices;
 mod skip_list;
-mod udf;
-mod udf_call;
 mod unary_exec;
 
-pub use aggregate::AggregateExec;
-pub use batch_map::BatchMapExec;
-pub use checkpoint::Checkpoint;
-pub use generate::GenerateExec;
-pub use lifecycle::Instance;
-pub use map::MapExec;
-pub use node::UdfNode;
+pub use exec::Instance;
+pub use exec::aggregate::AggregateExec;
+pub use exec::batch_map::BatchMapExec;
+pub use exec::generate::GenerateExec;
+pub use exec::map::MapExec;
+pub use logical::{Udf, UdfNode};
+pub use memo::Checkpoint;
 pub use planner::{UdfQueryPlanner, prefetch_options, udf_exec, udf_exec_parts};
 pub use prefetch::{PrefetchExec, PrefetchOptions, WindowPins};
 pub use report::{OperatorReport, RunReport};
-pub use udf::Udf;

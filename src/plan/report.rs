@@ -16,7 +16,7 @@ use datafusion::physical_plan::{ExecutionPlan, displayable};
 
 use super::{AggregateExec, BatchMapExec, GenerateExec, MapExec, PrefetchExec};
 
-use super::skip_list::SKIP_LIST_LIMIT;
+use crate::plan::skip_list::SKIP_LIST_LIMIT;
 
 /// Metrics of one operator.
 #[derive(Debug, Clone, PartialEq)]

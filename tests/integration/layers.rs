@@ -194,102 +194,184 @@ fn the_cli_is_the_binarys() {
     );
 }
 
-/// Names `plan/mod.rs` re-exports, by the submodule that defines them.
-const PLAN_ITEMS: &[(&str, &str)] = &[
-    ("AggregateExec", "aggregate"),
-    ("BatchMapExec", "batch_map"),
-    ("GenerateExec", "generate"),
-    ("MapExec", "map"),
-    ("PrefetchExec", "prefetch"),
-    ("PrefetchHandle", "prefetch"),
-    ("Instance", "lifecycle"),
-    ("Udf", "udf"),
-    ("UdfNode", "node"),
-    ("UdfPlanner", "planner"),
-    ("UdfQueryPlanner", "planner"),
-    ("OperatorReport", "report"),
-    ("RunReport", "report"),
-];
+/// The module path (`["plan", "exec", "map"]`) of a file under `src/`.
+fn module_path(rel: &Path) -> Vec<String> {
+    let mut parts: Vec<String> = rel
+        .components()
+        .filter_map(|c| c.as_os_str().to_str())
+        .map(|s| s.trim_end_matches(".rs").to_string())
+        .collect();
+    if parts.last().is_some_and(|p| p == "mod") {
+        parts.pop();
+    }
+    parts
+}
 
-/// The submodules of `plan/` one line of a `plan/` file refers to.
-fn plan_refs(line: &str, own: &str) -> Vec<String> {
+/// The module paths one line of the file at `own` (its module path) names
+/// through `crate::` or `super::` (braces expanded one level).
+fn named_paths(line: &str, own: &[String]) -> Vec<Vec<String>> {
     let mut found = Vec::new();
-    for prefix in ["crate::plan::", "super::"] {
+    for prefix in ["crate::", "super::"] {
         let mut rest = line;
         while let Some(i) = rest.find(prefix) {
-            let tail = &rest[i + prefix.len()..];
-            let names: Vec<&str> = if let Some(inner) = tail.strip_prefix('{') {
-                inner
-                    .split('}')
-                    .next()
-                    .unwrap_or("")
-                    .split(',')
-                    .map(|p| p.trim().split("::").next().unwrap_or("").trim())
-                    .collect()
-            } else {
-                let end = tail
-                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                    .unwrap_or(tail.len());
-                vec![&tail[..end]]
-            };
-            for name in names {
-                let module = PLAN_ITEMS
-                    .iter()
-                    .find(|(item, _)| *item == name)
-                    .map(|(_, m)| *m)
-                    .unwrap_or(name);
-                if !module.is_empty() && module != own && module != "*" {
-                    found.push(module.to_string());
+            let mut tail = &rest[i + prefix.len()..];
+            let mut base: Vec<String> = Vec::new();
+            if prefix == "super::" {
+                // `super::super::x` climbs one module per `super`.
+                let mut up = 1;
+                while let Some(t) = tail.strip_prefix("super::") {
+                    (tail, up) = (t, up + 1);
                 }
+                base = own[..own.len().saturating_sub(up)].to_vec();
             }
             rest = tail;
+            let path_end = tail
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+                .unwrap_or(tail.len());
+            let head: Vec<&str> = tail[..path_end]
+                .split("::")
+                .filter(|p| !p.is_empty())
+                .collect();
+            let mut paths = Vec::new();
+            match tail[path_end..].strip_prefix('{') {
+                Some(inner) => {
+                    for part in inner.split('}').next().unwrap_or("").split(',') {
+                        let mut p = head.clone();
+                        p.extend(part.trim().split("::").next().map(str::trim));
+                        paths.push(p);
+                    }
+                }
+                None => paths.push(head),
+            }
+            for p in paths {
+                let mut path = base.clone();
+                path.extend(p.iter().filter(|s| !s.is_empty()).map(|s| s.to_string()));
+                found.push(path);
+            }
         }
     }
     found
 }
 
-#[test]
-fn the_files_of_plan_do_not_import_each_other_in_a_cycle() {
-    let plan = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/plan");
-    let mut files = Vec::new();
-    rust_files(&plan, &mut files);
-    let mut edges: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
-        Default::default();
-    for file in &files {
-        let rel = file.strip_prefix(&plan).expect("under plan");
-        let own = rel
-            .components()
-            .next()
-            .and_then(|c| c.as_os_str().to_str())
-            .map(|s| s.trim_end_matches(".rs"))
-            .unwrap_or("")
-            .to_string();
-        if own == "mod" {
-            continue; // plan/mod.rs only declares and re-exports
-        }
-        // Inside prefetch/, `super::` names prefetch's own files.
-        let inner = rel.components().count() > 1;
-        let text = std::fs::read_to_string(file).expect("read source");
-        let code: String = text
-            .split("#[cfg(test)]")
-            .next()
-            .unwrap_or("")
-            .lines()
-            .map(|l| l.split("//").next().unwrap_or(""))
-            .collect::<Vec<_>>()
-            .join("\n");
-        for line in code.lines() {
-            let line = if inner {
-                line.replace("super::", "self::")
-            } else {
-                line.to_string()
-            };
-            for m in plan_refs(&line, &own) {
-                edges.entry(own.clone()).or_default().insert(m);
-            }
+/// What the `mod.rs` of `dir` re-exports: item name -> the entry of `dir`
+/// that defines it (`pub use exec::Instance;` maps `Instance` to `exec`).
+fn reexports(dir: &Path) -> std::collections::BTreeMap<String, String> {
+    let mut items = std::collections::BTreeMap::new();
+    let Ok(text) = std::fs::read_to_string(dir.join("mod.rs")) else {
+        return items;
+    };
+    for line in text.lines() {
+        let Some(path) = line.trim().strip_prefix("pub use ") else {
+            continue;
+        };
+        let path = path.trim_end_matches(';');
+        let entry = path.split("::").next().unwrap_or("").to_string();
+        let names = match path.find('{') {
+            Some(i) => path[i + 1..].trim_end_matches('}').to_string(),
+            None => path.rsplit("::").next().unwrap_or("").to_string(),
+        };
+        for name in names.split(',') {
+            items.insert(name.trim().to_string(), entry.clone());
         }
     }
-    // Depth-first search for a cycle.
+    items
+}
+
+/// `plan/` is in rooms (`exec/`, `prefetch/`, ...): neither the rooms and the
+/// files beside them, nor the files inside a room, import each other in a
+/// cycle (tests aside). Each level is checked on its own: an edge joins the
+/// entries of one folder (a file, or a room as a whole).
+#[test]
+fn the_files_of_plan_do_not_import_each_other_in_a_cycle() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let plan = src.join("plan");
+    let mut files = Vec::new();
+    rust_files(&plan, &mut files);
+    let mut folders = vec![plan.clone()];
+    for entry in std::fs::read_dir(&plan).expect("read plan").flatten() {
+        if entry.path().is_dir() {
+            folders.push(entry.path());
+        }
+    }
+    let mut checked = Vec::new();
+    for folder in &folders {
+        let depth = module_path(folder.strip_prefix(&src).expect("under src")).len();
+        let entries: std::collections::BTreeSet<String> = std::fs::read_dir(folder)
+            .expect("read folder")
+            .flatten()
+            .filter_map(|e| {
+                e.file_name()
+                    .to_str()
+                    .map(|n| n.trim_end_matches(".rs").to_string())
+            })
+            .filter(|n| n != "mod")
+            .collect();
+        let items = reexports(folder);
+        let prefix = module_path(folder.strip_prefix(&src).expect("under src"));
+        // The entry of this folder a module path falls in, if any.
+        let entry_of = |path: &[String]| -> Option<String> {
+            if path.len() <= depth || path[..depth] != prefix[..] {
+                return None;
+            }
+            let name = &path[depth];
+            let name = items.get(name).unwrap_or(name);
+            entries.contains(name).then(|| name.clone())
+        };
+        let mut edges: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
+            Default::default();
+        for file in files.iter().filter(|f| f.starts_with(folder)) {
+            let own = module_path(file.strip_prefix(&src).expect("under src"));
+            let Some(from) = entry_of(&own) else {
+                continue; // the folder's own mod.rs only declares and re-exports
+            };
+            let text = std::fs::read_to_string(file).expect("read source");
+            let code = text.split("#[cfg(test)]").next().unwrap_or("");
+            for line in code.lines() {
+                let line = line.split("//").next().unwrap_or("");
+                for path in named_paths(line, &own) {
+                    if let Some(to) = entry_of(&path).filter(|to| *to != from) {
+                        edges.entry(from.clone()).or_default().insert(to);
+                    }
+                }
+            }
+        }
+        if let Some(cycle) = find_cycle(&edges) {
+            panic!(
+                "files of {} import each other: {}",
+                folder.display(),
+                cycle.join(" -> ")
+            );
+        }
+        checked.push((prefix.join("/"), edges));
+    }
+    // The scan sees what is there: the UDF operators use the prefetch (the
+    // rooms), and each kind of operator the scaffolding they share (a room's
+    // files).
+    let edges_of = |folder: &str| {
+        checked
+            .iter()
+            .find(|(f, _)| f == folder)
+            .map(|(_, e)| e.clone())
+            .unwrap_or_default()
+    };
+    assert!(
+        edges_of("plan")
+            .get("exec")
+            .is_some_and(|e| e.contains("prefetch")),
+        "the scan sees exec/ use the prefetch: {checked:?}"
+    );
+    assert!(
+        edges_of("plan/exec")
+            .get("map")
+            .is_some_and(|e| e.contains("udf_exec")),
+        "the scan sees map.rs use udf_exec.rs: {checked:?}"
+    );
+}
+
+/// A cycle of `edges`, if there is one (depth-first search).
+fn find_cycle(
+    edges: &std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
+) -> Option<Vec<String>> {
     fn visit(
         n: &str,
         edges: &std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
@@ -314,15 +396,7 @@ fn the_files_of_plan_do_not_import_each_other_in_a_cycle() {
         None
     }
     let mut done = Default::default();
-    for n in edges.keys() {
-        if let Some(cycle) = visit(n, &edges, &mut Vec::new(), &mut done) {
-            panic!("plan/ files import each other: {}", cycle.join(" -> "));
-        }
-    }
-    assert!(
-        edges
-            .get("operator")
-            .is_some_and(|e| e.contains("prefetch")),
-        "the scan sees operator.rs use PrefetchExec: {edges:?}"
-    );
+    edges
+        .keys()
+        .find_map(|n| visit(n, edges, &mut Vec::new(), &mut done))
 }

@@ -1,6 +1,6 @@
 //! `PrefetchExec`: while a UDF works on one row, the files of the next rows are
 //! downloading. This file holds the plan node and the hand-off to the UDF
-//! operator above; `stream.rs` the window, `fetch.rs` the download bookkeeping,
+//! operator above; `stream.rs` the window, `downloads.rs` the download bookkeeping,
 //! `window.rs` the `prefetch = auto` policy, `window_pins.rs` the shared-cache
 //! entries the window holds for its rows.
 //!
@@ -60,7 +60,7 @@
 //!   a UDF operator whose input is not its `PrefetchExec` fails with an internal
 //!   error instead of silently downloading every file again.
 
-mod fetch;
+mod downloads;
 mod handoff;
 mod stream;
 mod window;
@@ -86,7 +86,7 @@ use crate::cache::TempCache;
 use crate::plan::skip_list::SkipList;
 use crate::plan::unary_exec::unary_exec_boilerplate;
 use crate::settings::{OnError, Prefetch};
-use fetch::{Downloads, PrefetchMetrics};
+use downloads::{Downloads, PrefetchMetrics};
 use stream::PrefetchStream;
 use window::AutoWindow;
 pub use window_pins::WindowPins;

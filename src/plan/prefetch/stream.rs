@@ -48,12 +48,12 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use udfchain_udfs::File;
 
-use super::fetch::Downloads;
+use super::downloads::Downloads;
 use super::handoff::Handoff;
 use super::window::AutoWindow;
 use crate::cache::{Reach, StoreSource};
 use crate::error::Error;
-use crate::plan::batches::slices;
+use crate::plan::row_slices::slices;
 use crate::plan::memo::Memo;
 use crate::runtime::{PoolTask, spawn_on};
 use crate::util::lock::lock;

@@ -28,12 +28,12 @@ use futures::FutureExt;
 use futures::stream::{self, StreamExt, TryStreamExt};
 use udfchain_udfs::Mapper;
 
-use super::on_error::Calls;
-use super::operator::{CallContext, Shape, UdfOperator};
-use super::output::Done;
-use super::prefetch::Handoff;
-use super::udf_call::UdfCall;
-use super::unary_exec::unary_exec_boilerplate;
+use crate::plan::exec::on_error::Calls;
+use crate::plan::exec::udf_exec::{CallContext, Shape, UdfOperator};
+use crate::plan::exec::output_stream::Done;
+use crate::plan::prefetch::Handoff;
+use crate::plan::exec::udf_call::UdfCall;
+use crate::plan::unary_exec::unary_exec_boilerplate;
 use crate::error::Error;
 use crate::settings::OnError;
 
@@ -134,7 +134,7 @@ impl ExecutionPlan for MapExec {
 /// cut into, each with the position of its first row: up to
 /// [`VALUE_ROWS_PER_CALL`] rows in one call for `whole` (rows without files,
 /// `on_error = fail`); otherwise as many rows, each its own call, as the
-/// UDF's recent pace fits in one task ([`RowCost`](super::udf_call::RowCost)),
+/// UDF's recent pace fits in one task ([`RowCost`](crate::plan::exec::udf_call::RowCost)),
 /// never more than an even share of the batch among `parallel` calls. Sized
 /// as each call is asked for, so the pace of the calls before it counts.
 fn chunks(

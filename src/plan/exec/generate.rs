@@ -40,11 +40,11 @@ use futures::StreamExt;
 use tokio::sync::mpsc;
 use udfchain_udfs::{CallError, Generator};
 
-use super::batches::{append_column, repeat_row, slices};
-use super::on_error::null_output;
-use super::operator::{CallContext, Shape, UdfOperator};
-use super::udf_call::{Failure, UdfCall};
-use super::unary_exec::unary_exec_boilerplate;
+use crate::plan::row_slices::{append_column, repeat_row, slices};
+use crate::plan::exec::on_error::null_output;
+use crate::plan::exec::udf_exec::{CallContext, Shape, UdfOperator};
+use crate::plan::exec::udf_call::{Failure, UdfCall};
+use crate::plan::unary_exec::unary_exec_boilerplate;
 use crate::runtime::PoolTask;
 use crate::settings::OnError;
 

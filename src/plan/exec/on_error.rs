@@ -21,11 +21,11 @@ use datafusion::error::Result as DfResult;
 use futures::future::BoxFuture;
 use udfchain_udfs::{CallError, EachRow, UdfError};
 
-use super::batches::{append_column, slices, take_rows};
-use super::memo::Key;
-use super::operator::CallContext;
-use super::output::Done;
-use super::udf_call::Failure;
+use crate::plan::row_slices::{append_column, slices, take_rows};
+use crate::plan::memo::Key;
+use crate::plan::exec::udf_exec::CallContext;
+use crate::plan::exec::output_stream::Done;
+use crate::plan::exec::udf_call::Failure;
 use crate::settings::OnError;
 
 impl<U: ?Sized> CallContext<U> {
@@ -62,7 +62,7 @@ impl<U: ?Sized> CallContext<U> {
     /// `batch` with the UDF's output column appended, `on_error` applied (see
     /// the module header), with the rows it skipped (to [`CallContext::emit`]).
     ///
-    /// With a checkpoint ([`UdfCall::memo`](super::udf_call::UdfCall)), rows it
+    /// With a checkpoint ([`UdfCall::memo`](crate::plan::exec::udf_call::UdfCall)), rows it
     /// holds take their kept value without a call (their files were not
     /// fetched, so none is released), a call of some held and some new rows
     /// is made row by row, and every value computed is kept.

@@ -21,7 +21,7 @@ use datafusion::error::Result as DfResult;
 use futures::stream::{BoxStream, Fuse};
 use futures::{Stream, StreamExt};
 
-use super::prefetch::Handoff;
+use crate::plan::prefetch::Handoff;
 
 pub struct InOrder<T> {
     results: Fuse<BoxStream<'static, (Option<u64>, DfResult<T>)>>,

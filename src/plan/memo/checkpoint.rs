@@ -19,9 +19,9 @@ use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::logical_expr::UserDefinedLogicalNodeCore;
 use sha2::{Digest, Sha256};
 
-use super::memo::Memo;
-use super::node::UdfNode;
-use super::udf::Udf;
+use crate::plan::memo::Memo;
+use crate::plan::logical::node::UdfNode;
+use crate::plan::logical::udf::Udf;
 use crate::error::Result;
 use crate::runtime::blocking;
 

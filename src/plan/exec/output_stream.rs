@@ -13,9 +13,9 @@ use datafusion::execution::SendableRecordBatchStream;
 use datafusion::physical_plan::metrics::BaselineMetrics;
 use futures::{Stream, StreamExt};
 
-use super::in_order::InOrder;
-use super::operator::CallContext;
-use super::prefetch::Handoff;
+use crate::plan::exec::in_order::InOrder;
+use crate::plan::exec::udf_exec::CallContext;
+use crate::plan::prefetch::Handoff;
 
 impl<U: ?Sized> CallContext<U> {
     /// A stream of no batches to chain after the operator's output: reached

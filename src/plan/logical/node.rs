@@ -17,7 +17,7 @@ use datafusion::error::Result as DfResult;
 use datafusion::logical_expr::{Expr, Extension, LogicalPlan, UserDefinedLogicalNodeCore};
 use udfchain_udfs::check_input_type;
 
-use super::udf::Udf;
+use crate::plan::logical::udf::Udf;
 
 use crate::error::{Error, Result};
 use crate::settings::Settings;

@@ -21,8 +21,8 @@ use datafusion::physical_plan::metrics::{
 };
 use udfchain_udfs::FileSource;
 
-use super::prefetch::{Handoff, PrefetchExec};
-use super::udf_call::UdfCall;
+use crate::plan::prefetch::{Handoff, PrefetchExec};
+use crate::plan::exec::udf_call::UdfCall;
 use crate::cache::{LocalCopies, TempCache};
 use crate::error::Error;
 
@@ -254,7 +254,7 @@ mod tests {
     use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
     use udfchain_udfs::{agg_fn, batch_map_fn, gen_fn, map_fn};
 
-    use crate::plan::udf_call::UdfCall;
+    use crate::plan::exec::udf_call::UdfCall;
     use crate::plan::{AggregateExec, BatchMapExec, GenerateExec, MapExec};
     use crate::settings::OnError;
 

@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex, Weak};
 use tokio::sync::{OnceCell, OwnedMutexGuard, OwnedSemaphorePermit, Semaphore};
 use udfchain_udfs::{Lifecycle, UdfError};
 
-use super::udf::Udf;
+use crate::plan::logical::udf::Udf;
 use crate::error::{Error, Source};
 
 /// One UDF's state in this process, while runs hold it.

@@ -33,12 +33,12 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, Distribution, Exec
 use futures::stream::{BoxStream, StreamExt, TryStreamExt};
 use udfchain_udfs::Aggregator;
 
-use super::batches::{append_column, repeat_row};
-use super::on_error::null_output;
-use super::operator::{Shape, UdfOperator};
-use super::output::Done;
-use super::udf_call::UdfCall;
-use super::unary_exec::unary_exec_boilerplate;
+use crate::plan::row_slices::{append_column, repeat_row};
+use crate::plan::exec::on_error::null_output;
+use crate::plan::exec::udf_exec::{Shape, UdfOperator};
+use crate::plan::exec::output_stream::Done;
+use crate::plan::exec::udf_call::UdfCall;
+use crate::plan::unary_exec::unary_exec_boilerplate;
 use crate::settings::OnError;
 
 #[derive(Debug)]

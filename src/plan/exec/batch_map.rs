@@ -24,9 +24,9 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use futures::stream::{BoxStream, StreamExt, TryStreamExt};
 use udfchain_udfs::BatchMapper;
 
-use super::operator::{Shape, UdfOperator};
-use super::udf_call::UdfCall;
-use super::unary_exec::unary_exec_boilerplate;
+use crate::plan::exec::udf_exec::{Shape, UdfOperator};
+use crate::plan::exec::udf_call::UdfCall;
+use crate::plan::unary_exec::unary_exec_boilerplate;
 
 #[derive(Debug)]
 pub struct BatchMapExec {
