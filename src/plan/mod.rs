@@ -17,10 +17,7 @@ mod skip_list;
 mod unary_exec;
 
 pub use exec::Instance;
-pub use exec::aggregate::AggregateExec;
-pub use exec::batch_map::BatchMapExec;
-pub use exec::generate::GenerateExec;
-pub use exec::map::MapExec;
+pub use exec::any_kind::as_udf_exec;
 pub use logical::{Udf, UdfNode};
 pub use memo::Checkpoint;
 pub use planner::{UdfQueryPlanner, prefetch_options, udf_exec, udf_exec_parts};

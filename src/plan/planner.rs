@@ -15,19 +15,19 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, PhysicalPlanner};
 use udfchain_udfs::File;
 
-use crate::plan::exec::aggregate::AggregateExec;
-use crate::plan::exec::batch_map::BatchMapExec;
-use crate::plan::memo::Checkpoint;
-use crate::plan::exec::generate::GenerateExec;
-use crate::plan::exec::lifecycle::Instance;
-use crate::plan::exec::map::MapExec;
-use crate::plan::memo::Memo;
-use crate::plan::logical::node::UdfNode;
-use crate::plan::exec::udf_exec::UdfOperator;
-use crate::plan::prefetch::{PrefetchExec, PrefetchOptions};
-use crate::plan::logical::udf::Udf;
-use crate::plan::exec::udf_call::UdfCall;
 use crate::error::Error;
+use crate::plan::exec::aggregate::{Aggregate, AggregateExec};
+use crate::plan::exec::any_kind::as_udf_exec;
+use crate::plan::exec::batch_map::{BatchMap, BatchMapExec};
+use crate::plan::exec::generate::{Generate, GenerateExec};
+use crate::plan::exec::lifecycle::Instance;
+use crate::plan::exec::map::{Map, MapExec};
+use crate::plan::exec::udf_call::UdfCall;
+use crate::plan::logical::node::UdfNode;
+use crate::plan::logical::udf::Udf;
+use crate::plan::memo::Checkpoint;
+use crate::plan::memo::Memo;
+use crate::plan::prefetch::{PrefetchExec, PrefetchOptions};
 use crate::settings::{Prefetch, Settings};
 
 /// The session's query planner: DataFusion's, plus [`UdfPlanner`].
@@ -194,6 +194,7 @@ pub fn udf_exec(
     );
     let exec: Arc<dyn ExecutionPlan> = match kind {
         Udf::Map(udf) => Arc::new(MapExec::new(
+            Map,
             input,
             Arc::clone(udf),
             call,
@@ -201,6 +202,7 @@ pub fn udf_exec(
             schema,
         )),
         Udf::Gen(udf) => Arc::new(GenerateExec::new(
+            Generate,
             input,
             Arc::clone(udf),
             call,
@@ -208,23 +210,23 @@ pub fn udf_exec(
             schema,
         )),
         Udf::BatchMap(udf) => Arc::new(BatchMapExec::new(
+            BatchMap,
             input,
             Arc::clone(udf),
             call,
             prefetched,
             schema,
         )),
-        Udf::Agg { udf, .. } => {
-            let keys = key_columns(kind, &in_schema)?;
-            Arc::new(AggregateExec::new(
-                input,
-                Arc::clone(udf),
-                call,
-                keys,
-                prefetched,
-                schema,
-            ))
-        }
+        Udf::Agg { udf, .. } => Arc::new(AggregateExec::new(
+            Aggregate {
+                keys: key_columns(kind, &in_schema)?,
+            },
+            input,
+            Arc::clone(udf),
+            call,
+            prefetched,
+            schema,
+        )),
     };
     Ok(exec)
 }
@@ -241,31 +243,13 @@ pub struct UdfExecParts {
 
 /// The parts of `plan` when it is a UDF operator.
 pub fn udf_exec_parts(plan: &dyn ExecutionPlan) -> Option<UdfExecParts> {
-    fn parts<U: ?Sized>(op: &UdfOperator<U>, kind: Udf) -> UdfExecParts {
-        UdfExecParts {
-            kind,
-            settings: op.call.settings.clone(),
-            prefetched: op.prefetched,
-            schema: Arc::clone(&op.schema),
-        }
-    }
-    if let Some(e) = plan.downcast_ref::<MapExec>() {
-        return Some(parts(e.op(), Udf::Map(Arc::clone(&e.op().udf))));
-    }
-    if let Some(e) = plan.downcast_ref::<GenerateExec>() {
-        return Some(parts(e.op(), Udf::Gen(Arc::clone(&e.op().udf))));
-    }
-    if let Some(e) = plan.downcast_ref::<BatchMapExec>() {
-        return Some(parts(e.op(), Udf::BatchMap(Arc::clone(&e.op().udf))));
-    }
-    if let Some(e) = plan.downcast_ref::<AggregateExec>() {
-        let kind = Udf::Agg {
-            udf: Arc::clone(&e.op().udf),
-            partition_by: e.keys().iter().map(|(_, k)| k.clone()).collect(),
-        };
-        return Some(parts(e.op(), kind));
-    }
-    None
+    let e = as_udf_exec(plan)?;
+    Some(UdfExecParts {
+        kind: e.udf(),
+        settings: e.call().settings.clone(),
+        prefetched: e.prefetched(),
+        schema: Arc::clone(e.output_schema()),
+    })
 }
 
 /// `input` merged into one partition and sorted by `keys`.

@@ -14,7 +14,8 @@ use std::sync::Arc;
 
 use datafusion::physical_plan::{ExecutionPlan, displayable};
 
-use super::{AggregateExec, BatchMapExec, GenerateExec, MapExec, PrefetchExec};
+use super::PrefetchExec;
+use crate::plan::exec::any_kind::as_udf_exec;
 
 use crate::plan::skip_list::SKIP_LIST_LIMIT;
 
@@ -65,15 +66,8 @@ impl RunReport {
         let p = plan.as_ref();
         let list = if let Some(e) = p.downcast_ref::<PrefetchExec>() {
             Some(e.skip_list())
-        } else if let Some(e) = p.downcast_ref::<MapExec>() {
-            Some(e.call().skip_list())
-        } else if let Some(e) = p.downcast_ref::<GenerateExec>() {
-            Some(e.call().skip_list())
-        } else if let Some(e) = p.downcast_ref::<BatchMapExec>() {
-            Some(e.call().skip_list())
         } else {
-            p.downcast_ref::<AggregateExec>()
-                .map(|e| e.call().skip_list())
+            as_udf_exec(p).map(|e| e.call().skip_list())
         };
         if let Some(list) = list {
             self.add_skips(list.listed(), list.total());

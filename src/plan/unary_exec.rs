@@ -7,7 +7,7 @@
 /// single-input udfchain operator. The type needs fields `input`,
 /// `properties`, `metrics` and a method `with_input(&self, input) -> Self`.
 macro_rules! unary_exec_boilerplate {
-    ($name:literal $(, $base:ident)?) => {
+    ($name:expr $(, $base:ident)?) => {
         fn name(&self) -> &str {
             $name
         }

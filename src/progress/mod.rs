@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use datafusion::physical_plan::ExecutionPlan;
 
-use crate::plan::{AggregateExec, BatchMapExec, GenerateExec, MapExec, PrefetchExec};
+use crate::plan::{PrefetchExec, as_udf_exec};
 
 /// How often a running plan is sampled.
 pub const TICK: Duration = Duration::from_millis(150);
@@ -362,16 +362,12 @@ pub async fn run<T, E>(
 /// Name, kind and whether it passes on every input row (and so counts input
 /// rows done), for a UDF operator.
 fn udf(p: &dyn ExecutionPlan) -> Option<(String, &'static str, bool)> {
-    if let Some(e) = p.downcast_ref::<MapExec>() {
-        Some((e.call().name.clone(), "map", true))
-    } else if let Some(e) = p.downcast_ref::<BatchMapExec>() {
-        Some((e.call().name.clone(), "batch_map", true))
-    } else if let Some(e) = p.downcast_ref::<GenerateExec>() {
-        Some((e.call().name.clone(), "gen", false))
-    } else {
-        p.downcast_ref::<AggregateExec>()
-            .map(|e| (e.call().name.clone(), "agg", false))
-    }
+    let call = as_udf_exec(p)?.call();
+    Some((
+        call.name.clone(),
+        call.kind,
+        matches!(call.kind, "map" | "batch_map"),
+    ))
 }
 
 /// The rows `plan` produces from a listing under operators that pass each row

@@ -29,97 +29,82 @@ use datafusion::error::Result as DfResult;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::{LexRequirement, OrderingRequirements, PhysicalSortRequirement};
-use datafusion::physical_plan::{DisplayAs, DisplayFormatType, Distribution, ExecutionPlan};
+use datafusion::physical_plan::Distribution;
 use futures::stream::{BoxStream, StreamExt, TryStreamExt};
 use udfchain_udfs::Aggregator;
 
-use crate::plan::row_slices::{append_column, repeat_row};
 use crate::plan::exec::on_error::null_output;
-use crate::plan::exec::udf_exec::{Shape, UdfOperator};
 use crate::plan::exec::output_stream::Done;
 use crate::plan::exec::udf_call::UdfCall;
-use crate::plan::unary_exec::unary_exec_boilerplate;
+use crate::plan::exec::udf_exec::{Shape, UdfExec, UdfKind};
+use crate::plan::logical::Udf;
+use crate::plan::row_slices::{append_column, repeat_row};
 use crate::settings::OnError;
 
-#[derive(Debug)]
-pub struct AggregateExec {
-    op: UdfOperator<dyn Aggregator>,
+/// The agg kind: one call per group of rows with equal keys.
+#[derive(Debug, Clone)]
+pub struct Aggregate {
     /// Key columns: (index in the input schema, name).
-    keys: Vec<(usize, String)>,
+    pub keys: Vec<(usize, String)>,
 }
 
-impl AggregateExec {
-    pub fn new(
-        input: Arc<dyn ExecutionPlan>,
-        udf: Arc<dyn Aggregator>,
-        call: Arc<UdfCall>,
-        keys: Vec<(usize, String)>,
-        prefetched: bool,
-        schema: SchemaRef,
-    ) -> Self {
-        let shape = Shape::Group(keys.iter().map(|(i, _)| *i).collect());
-        Self {
-            op: UdfOperator::new(input, udf, call, prefetched, schema, shape),
-            keys,
+/// The `AggregateExec` of plans: a UDF operator of the agg kind.
+pub type AggregateExec = UdfExec<Aggregate>;
+
+impl UdfKind for Aggregate {
+    type Udf = dyn Aggregator;
+    const NAME: &'static str = "AggregateExec";
+
+    fn output_name(udf: &dyn Aggregator) -> &str {
+        udf.signature().output.name()
+    }
+
+    fn udf(&self, udf: &Arc<dyn Aggregator>) -> Udf {
+        Udf::Agg {
+            udf: Arc::clone(udf),
+            partition_by: self.keys.iter().map(|(_, k)| k.clone()).collect(),
         }
     }
 
-    pub(crate) fn keys(&self) -> &[(usize, String)] {
-        &self.keys
+    fn shape(&self) -> Shape {
+        Shape::Group(self.keys.iter().map(|(i, _)| *i).collect())
     }
 
-    pub(crate) fn op(&self) -> &UdfOperator<dyn Aggregator> {
-        &self.op
-    }
-
-    pub(crate) fn call(&self) -> &UdfCall {
-        &self.op.call
-    }
-
-    fn with_input(&self, input: Arc<dyn ExecutionPlan>) -> Self {
-        Self {
-            op: self.op.with_input(input),
-            keys: self.keys.clone(),
-        }
-    }
-}
-
-impl DisplayAs for AggregateExec {
-    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+    fn fmt_settings(&self, call: &UdfCall, f: &mut fmt::Formatter) -> fmt::Result {
         let keys: Vec<_> = self.keys.iter().map(|(_, n)| n.as_str()).collect();
         write!(
             f,
-            "AggregateExec: udf={}, output={}, partition_by=[{}], parallel={}",
-            self.op.call.name,
-            self.op.udf.signature().output.name(),
+            ", partition_by=[{}], parallel={}",
             keys.join(", "),
-            self.op.call.parallel
+            call.parallel
         )
     }
-}
 
-impl ExecutionPlan for AggregateExec {
-    unary_exec_boilerplate!("AggregateExec", op);
-
-    fn required_input_distribution(&self) -> Vec<Distribution> {
-        vec![Distribution::SinglePartition]
+    /// Rows become groups, so no input order is kept row for row (under
+    /// `ordered = true` the key order is declared through the plan properties).
+    fn maintains_input_order(&self, _call: &UdfCall) -> bool {
+        false
     }
 
-    fn required_input_ordering(&self) -> Vec<Option<OrderingRequirements>> {
+    fn required_input_distribution(&self) -> Distribution {
+        Distribution::SinglePartition
+    }
+
+    fn required_input_ordering(&self) -> Option<OrderingRequirements> {
         let reqs = self
             .keys
             .iter()
             .map(|(i, name)| PhysicalSortRequirement::new(Arc::new(Column::new(name, *i)), None));
-        vec![LexRequirement::new(reqs).map(OrderingRequirements::new)]
+        LexRequirement::new(reqs).map(OrderingRequirements::new)
     }
 
     fn execute(
-        &self,
+        exec: &AggregateExec,
         partition: usize,
         ctx: Arc<TaskContext>,
     ) -> DfResult<SendableRecordBatchStream> {
-        let (input, part, baseline) = self.op.start(partition, &ctx)?;
-        let key_idx: Vec<usize> = self.keys.iter().map(|(i, _)| *i).collect();
+        let (input, part, baseline) = exec.start(partition, &ctx)?;
+        let key_idx: Vec<usize> = exec.kind.keys.iter().map(|(i, _)| *i).collect();
         let mut seen = 0u64;
         let out = part.clone();
         let calls = groups(input, key_idx.clone())?

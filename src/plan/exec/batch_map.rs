@@ -17,76 +17,52 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::compute::concat_batches;
-use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::error::Result as DfResult;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use futures::stream::{BoxStream, StreamExt, TryStreamExt};
 use udfchain_udfs::BatchMapper;
 
-use crate::plan::exec::udf_exec::{Shape, UdfOperator};
 use crate::plan::exec::udf_call::UdfCall;
-use crate::plan::unary_exec::unary_exec_boilerplate;
+use crate::plan::exec::udf_exec::{Shape, UdfExec, UdfKind};
+use crate::plan::logical::Udf;
 
-#[derive(Debug)]
-pub struct BatchMapExec {
-    op: UdfOperator<dyn BatchMapper>,
-}
+/// The batch_map kind: `batch_size` rows per call, one value per row.
+#[derive(Debug, Clone)]
+pub struct BatchMap;
 
-impl BatchMapExec {
-    pub fn new(
-        input: Arc<dyn ExecutionPlan>,
-        udf: Arc<dyn BatchMapper>,
-        call: Arc<UdfCall>,
-        prefetched: bool,
-        schema: SchemaRef,
-    ) -> Self {
-        Self {
-            op: UdfOperator::new(input, udf, call, prefetched, schema, Shape::Append),
-        }
+/// The `BatchMapExec` of plans: a UDF operator of the batch_map kind.
+pub type BatchMapExec = UdfExec<BatchMap>;
+
+impl UdfKind for BatchMap {
+    type Udf = dyn BatchMapper;
+    const NAME: &'static str = "BatchMapExec";
+
+    fn output_name(udf: &dyn BatchMapper) -> &str {
+        udf.signature().output.name()
     }
 
-    pub(crate) fn op(&self) -> &UdfOperator<dyn BatchMapper> {
-        &self.op
+    fn udf(&self, udf: &Arc<dyn BatchMapper>) -> Udf {
+        Udf::BatchMap(Arc::clone(udf))
     }
 
-    pub(crate) fn call(&self) -> &UdfCall {
-        &self.op.call
+    fn shape(&self) -> Shape {
+        Shape::Append
     }
 
-    fn with_input(&self, input: Arc<dyn ExecutionPlan>) -> Self {
-        Self {
-            op: self.op.with_input(input),
-        }
-    }
-}
-
-impl DisplayAs for BatchMapExec {
-    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+    fn fmt_settings(&self, call: &UdfCall, f: &mut fmt::Formatter) -> fmt::Result {
         write!(
             f,
-            "BatchMapExec: udf={}, output={}, parallel={}, batch_size={}",
-            self.op.call.name,
-            self.op.udf.signature().output.name(),
-            self.op.call.parallel,
-            self.op.call.batch_size
+            ", parallel={}, batch_size={}",
+            call.parallel, call.batch_size
         )
-    }
-}
-
-impl ExecutionPlan for BatchMapExec {
-    unary_exec_boilerplate!("BatchMapExec", op);
-
-    fn maintains_input_order(&self) -> Vec<bool> {
-        vec![self.op.call.ordered]
     }
 
     fn execute(
-        &self,
+        exec: &BatchMapExec,
         partition: usize,
         ctx: Arc<TaskContext>,
     ) -> DfResult<SendableRecordBatchStream> {
-        let (input, part, baseline) = self.op.start(partition, &ctx)?;
+        let (input, part, baseline) = exec.start(partition, &ctx)?;
         let mut seen = 0u64;
         let call = Arc::clone(&part.call);
         let out = part.clone();

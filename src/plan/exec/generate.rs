@@ -31,82 +31,58 @@ use std::sync::Arc;
 use std::task::Poll;
 
 use datafusion::arrow::array::{ArrayRef, RecordBatch};
-use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::error::Result as DfResult;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use futures::StreamExt;
 use tokio::sync::mpsc;
 use udfchain_udfs::{CallError, Generator};
 
-use crate::plan::row_slices::{append_column, repeat_row, slices};
 use crate::plan::exec::on_error::null_output;
-use crate::plan::exec::udf_exec::{CallContext, Shape, UdfOperator};
 use crate::plan::exec::udf_call::{Failure, UdfCall};
-use crate::plan::unary_exec::unary_exec_boilerplate;
+use crate::plan::exec::udf_exec::{CallContext, Shape, UdfExec, UdfKind};
+use crate::plan::logical::Udf;
+use crate::plan::row_slices::{append_column, repeat_row, slices};
 use crate::runtime::PoolTask;
 use crate::settings::OnError;
 
-#[derive(Debug)]
-pub struct GenerateExec {
-    op: UdfOperator<dyn Generator>,
-}
+/// The gen kind: zero or more rows out per row in.
+#[derive(Debug, Clone)]
+pub struct Generate;
 
-impl GenerateExec {
-    pub fn new(
-        input: Arc<dyn ExecutionPlan>,
-        udf: Arc<dyn Generator>,
-        call: Arc<UdfCall>,
-        prefetched: bool,
-        schema: SchemaRef,
-    ) -> Self {
-        Self {
-            op: UdfOperator::new(input, udf, call, prefetched, schema, Shape::Expand),
-        }
+/// The `GenerateExec` of plans: a UDF operator of the generate kind.
+pub type GenerateExec = UdfExec<Generate>;
+
+impl UdfKind for Generate {
+    type Udf = dyn Generator;
+    const NAME: &'static str = "GenerateExec";
+
+    fn output_name(udf: &dyn Generator) -> &str {
+        udf.signature().output.name()
     }
 
-    pub(crate) fn op(&self) -> &UdfOperator<dyn Generator> {
-        &self.op
+    fn udf(&self, udf: &Arc<dyn Generator>) -> Udf {
+        Udf::Gen(Arc::clone(udf))
     }
 
-    pub(crate) fn call(&self) -> &UdfCall {
-        &self.op.call
+    fn shape(&self) -> Shape {
+        Shape::Expand
     }
 
-    fn with_input(&self, input: Arc<dyn ExecutionPlan>) -> Self {
-        Self {
-            op: self.op.with_input(input),
-        }
-    }
-}
-
-impl DisplayAs for GenerateExec {
-    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+    fn fmt_settings(&self, call: &UdfCall, f: &mut fmt::Formatter) -> fmt::Result {
         write!(
             f,
-            "GenerateExec: udf={}, output={}, parallel={}, batch_size={}",
-            self.op.call.name,
-            self.op.udf.signature().output.name(),
-            self.op.call.parallel,
-            self.op.call.batch_size
+            ", parallel={}, batch_size={}",
+            call.parallel, call.batch_size
         )
-    }
-}
-
-impl ExecutionPlan for GenerateExec {
-    unary_exec_boilerplate!("GenerateExec", op);
-
-    fn maintains_input_order(&self) -> Vec<bool> {
-        vec![self.op.call.ordered]
     }
 
     fn execute(
-        &self,
+        exec: &GenerateExec,
         partition: usize,
         ctx: Arc<TaskContext>,
     ) -> DfResult<SendableRecordBatchStream> {
-        let (input, part, baseline) = self.op.start(partition, &ctx)?;
+        let (input, part, baseline) = exec.start(partition, &ctx)?;
         let end = part.end();
         let state = GenState {
             input,
@@ -127,7 +103,7 @@ impl ExecutionPlan for GenerateExec {
         })
         .chain(end);
         Ok(Box::pin(RecordBatchStreamAdapter::new(
-            Arc::clone(&self.op.schema),
+            Arc::clone(&exec.schema),
             stream,
         )))
     }

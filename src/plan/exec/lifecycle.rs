@@ -22,8 +22,8 @@ use std::sync::{Arc, Mutex, Weak};
 use tokio::sync::{OnceCell, OwnedMutexGuard, OwnedSemaphorePermit, Semaphore};
 use udfchain_udfs::{Lifecycle, UdfError};
 
-use crate::plan::logical::udf::Udf;
 use crate::error::{Error, Source};
+use crate::plan::logical::udf::Udf;
 
 /// One UDF's state in this process, while runs hold it.
 pub struct Instance {

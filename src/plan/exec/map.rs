@@ -15,96 +15,64 @@
 //! download holds back only the output, not the calls of the rows behind it),
 //! within the prefetch's reorder bound, and results are emitted in input order.
 
-use std::fmt;
 use std::sync::Arc;
 
 use datafusion::arrow::array::RecordBatch;
-use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::error::Result as DfResult;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_plan::metrics::BaselineMetrics;
-use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use futures::FutureExt;
 use futures::stream::{self, StreamExt, TryStreamExt};
 use udfchain_udfs::Mapper;
 
-use crate::plan::exec::on_error::Calls;
-use crate::plan::exec::udf_exec::{CallContext, Shape, UdfOperator};
-use crate::plan::exec::output_stream::Done;
-use crate::plan::prefetch::Handoff;
-use crate::plan::exec::udf_call::UdfCall;
-use crate::plan::unary_exec::unary_exec_boilerplate;
 use crate::error::Error;
+use crate::plan::exec::on_error::Calls;
+use crate::plan::exec::output_stream::Done;
+use crate::plan::exec::udf_call::UdfCall;
+use crate::plan::exec::udf_exec::{CallContext, Shape, UdfExec, UdfKind};
+use crate::plan::logical::Udf;
+use crate::plan::prefetch::Handoff;
 use crate::settings::OnError;
 
 /// Rows per call when the UDF reads no file.
 const VALUE_ROWS_PER_CALL: usize = 1024;
 
-#[derive(Debug)]
-pub struct MapExec {
-    op: UdfOperator<dyn Mapper>,
-}
+/// The map kind: one value per row, appended as a column.
+#[derive(Debug, Clone)]
+pub struct Map;
 
-impl MapExec {
-    pub fn new(
-        input: Arc<dyn ExecutionPlan>,
-        udf: Arc<dyn Mapper>,
-        call: Arc<UdfCall>,
-        prefetched: bool,
-        schema: SchemaRef,
-    ) -> Self {
-        Self {
-            op: UdfOperator::new(input, udf, call, prefetched, schema, Shape::Append),
-        }
+/// The `MapExec` of plans: a UDF operator of the map kind.
+pub type MapExec = UdfExec<Map>;
+
+impl UdfKind for Map {
+    type Udf = dyn Mapper;
+    const NAME: &'static str = "MapExec";
+
+    fn output_name(udf: &dyn Mapper) -> &str {
+        udf.signature().output.name()
     }
 
-    pub(crate) fn op(&self) -> &UdfOperator<dyn Mapper> {
-        &self.op
+    fn udf(&self, udf: &Arc<dyn Mapper>) -> Udf {
+        Udf::Map(Arc::clone(udf))
     }
 
-    pub(crate) fn call(&self) -> &UdfCall {
-        &self.op.call
-    }
-
-    fn with_input(&self, input: Arc<dyn ExecutionPlan>) -> Self {
-        Self {
-            op: self.op.with_input(input),
-        }
-    }
-}
-
-impl DisplayAs for MapExec {
-    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
-        write!(
-            f,
-            "MapExec: udf={}, output={}, parallel={}",
-            self.op.call.name,
-            self.op.udf.signature().output.name(),
-            self.op.call.parallel
-        )
-    }
-}
-
-impl ExecutionPlan for MapExec {
-    unary_exec_boilerplate!("MapExec", op);
-
-    fn maintains_input_order(&self) -> Vec<bool> {
-        vec![self.op.call.ordered]
+    fn shape(&self) -> Shape {
+        Shape::Append
     }
 
     /// One row out per row in, unless `on_error = skip` drops some: then a
     /// `LIMIT n` above goes below the map (and its prefetch), so only the n
     /// rows wanted are fetched and called.
-    fn supports_limit_pushdown(&self) -> bool {
-        self.op.call.on_error != OnError::Skip
+    fn supports_limit_pushdown(&self, call: &UdfCall) -> bool {
+        call.on_error != OnError::Skip
     }
 
     fn execute(
-        &self,
+        exec: &MapExec,
         partition: usize,
         ctx: Arc<TaskContext>,
     ) -> DfResult<SendableRecordBatchStream> {
-        let (input, part, baseline) = self.op.start_with(partition, &ctx, self.op.call.ordered)?;
+        let (input, part, baseline) = exec.start_with(partition, &ctx, exec.call.ordered)?;
         if let Some(handoff) = part.handoff.clone() {
             return Ok(in_order(input, part, handoff, baseline));
         }

@@ -21,11 +21,11 @@ use datafusion::error::Result as DfResult;
 use futures::future::BoxFuture;
 use udfchain_udfs::{CallError, EachRow, UdfError};
 
-use crate::plan::row_slices::{append_column, slices, take_rows};
-use crate::plan::memo::Key;
-use crate::plan::exec::udf_exec::CallContext;
 use crate::plan::exec::output_stream::Done;
 use crate::plan::exec::udf_call::Failure;
+use crate::plan::exec::udf_exec::CallContext;
+use crate::plan::memo::Key;
+use crate::plan::row_slices::{append_column, slices, take_rows};
 use crate::settings::OnError;
 
 impl<U: ?Sized> CallContext<U> {

@@ -21,11 +21,11 @@ use datafusion::execution::TaskContext;
 use tokio::sync::Semaphore;
 use udfchain_udfs::{CallError, File, FileSource, with_file_source};
 
+use crate::cache::{LocalCopies, SharedCache, StoreSource};
+use crate::error::Error;
 use crate::plan::exec::lifecycle::{Instance, setup_failed};
 use crate::plan::memo::Memo;
 use crate::plan::skip_list::SkipList;
-use crate::cache::{LocalCopies, SharedCache, StoreSource};
-use crate::error::Error;
 use crate::runtime::spawn_udf;
 use crate::settings::{OnError, Settings};
 

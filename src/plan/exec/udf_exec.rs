@@ -1,8 +1,11 @@
-//! The scaffolding every UDF operator shares: [`UdfOperator`] (its input, the
-//! UDF, its [`UdfCall`], whether its input is the `PrefetchExec` that fetches
-//! its files, its plan properties and metrics), what the calls of one
-//! partition share ([`CallContext`]), and the plan properties a UDF operator
-//! declares ([`udf_properties`]).
+//! [`UdfExec`]: the one physical UDF operator, generic over the UDF kind
+//! ([`UdfKind`]: `map.rs`, `generate.rs`, `batch_map.rs` and `aggregate.rs`
+//! each say how their kind cuts its input into calls and its results into
+//! rows). Here what every kind shares: the input, the UDF, its [`UdfCall`],
+//! whether the input is the `PrefetchExec` that fetches its files, the plan
+//! properties and metrics, the `ExecutionPlan` boilerplate, what the calls of
+//! one partition share ([`CallContext`]), and the plan properties a UDF
+//! operator declares ([`udf_properties`]).
 //!
 //! Guarantees: executing a partition executes its input first, so the
 //! `PrefetchExec` whose local copies the calls read is running before the
@@ -10,21 +13,68 @@
 //! equivalences its input has for the columns it passes on, under `ordered =
 //! false` none.
 
+use std::fmt;
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::error::Result as DfResult;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_expr::OrderingRequirements;
 use datafusion::physical_plan::metrics::{
     BaselineMetrics, Count, ExecutionPlanMetricsSet, Gauge, MetricBuilder,
 };
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, Distribution, ExecutionPlan};
 use udfchain_udfs::FileSource;
 
-use crate::plan::prefetch::{Handoff, PrefetchExec};
-use crate::plan::exec::udf_call::UdfCall;
 use crate::cache::{LocalCopies, TempCache};
 use crate::error::Error;
+use crate::plan::exec::udf_call::UdfCall;
+use crate::plan::logical::Udf;
+use crate::plan::prefetch::{Handoff, PrefetchExec};
+use crate::plan::unary_exec::unary_exec_boilerplate;
+
+/// What one UDF kind's operator does its own way; everything else is
+/// [`UdfExec`]'s. A value of the kind holds what only that kind has (an
+/// aggregate's key columns).
+pub trait UdfKind: fmt::Debug + Send + Sync + Sized + 'static {
+    /// The UDF trait this kind calls (`dyn Mapper`, ...).
+    type Udf: ?Sized + fmt::Debug + Send + Sync;
+    /// The operator's name in plans (`MapExec`, ...).
+    const NAME: &'static str;
+    /// The name of the UDF's output column.
+    fn output_name(udf: &Self::Udf) -> &str;
+    /// The UDF as one [`Udf`] value again (for codecs).
+    fn udf(&self, udf: &Arc<Self::Udf>) -> Udf;
+    /// How the output's rows relate to the input's.
+    fn shape(&self) -> Shape;
+    /// What EXPLAIN shows after the output column: `, parallel=N` and the
+    /// kind's own settings.
+    fn fmt_settings(&self, call: &UdfCall, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, ", parallel={}", call.parallel)
+    }
+    /// Whether the output keeps the input's order.
+    fn maintains_input_order(&self, call: &UdfCall) -> bool {
+        call.ordered
+    }
+    /// Whether a `LIMIT` above may go below the operator.
+    fn supports_limit_pushdown(&self, _call: &UdfCall) -> bool {
+        false
+    }
+    /// The distribution the operator needs of its input.
+    fn required_input_distribution(&self) -> Distribution {
+        Distribution::UnspecifiedDistribution
+    }
+    /// The order the operator needs of its input.
+    fn required_input_ordering(&self) -> Option<OrderingRequirements> {
+        None
+    }
+    /// Runs one partition.
+    fn execute(
+        exec: &UdfExec<Self>,
+        partition: usize,
+        ctx: Arc<TaskContext>,
+    ) -> DfResult<SendableRecordBatchStream>;
+}
 
 /// How a UDF operator's output relates to its input.
 #[derive(Debug, Clone)]
@@ -38,60 +88,62 @@ pub enum Shape {
     Group(Vec<usize>),
 }
 
-/// The parts every UDF operator has: its input, the UDF, how it is called,
-/// whether its input is the `PrefetchExec` that fetches its files, and the
-/// plan's bookkeeping.
+/// A UDF operator of kind `K`: its input, the UDF, how it is called, whether
+/// its input is the `PrefetchExec` that fetches its files, and the plan's
+/// bookkeeping.
 #[derive(Debug)]
-pub struct UdfOperator<U: ?Sized> {
+pub struct UdfExec<K: UdfKind> {
+    pub kind: K,
     pub input: Arc<dyn ExecutionPlan>,
-    pub udf: Arc<U>,
+    pub udf: Arc<K::Udf>,
     pub call: Arc<UdfCall>,
     /// The input is a `PrefetchExec` whose local copies the calls read.
     pub prefetched: bool,
     pub schema: SchemaRef,
     pub properties: Arc<datafusion::physical_plan::PlanProperties>,
     pub metrics: ExecutionPlanMetricsSet,
-    shape: Shape,
 }
 
-impl<U: ?Sized> UdfOperator<U> {
+impl<K: UdfKind + Clone> UdfExec<K> {
     pub fn new(
+        kind: K,
         input: Arc<dyn ExecutionPlan>,
-        udf: Arc<U>,
+        udf: Arc<K::Udf>,
         call: Arc<UdfCall>,
         prefetched: bool,
         schema: SchemaRef,
-        shape: Shape,
     ) -> Self {
         Self {
             properties: Arc::new(udf_properties(
                 &input,
                 Arc::clone(&schema),
-                &shape,
+                &kind.shape(),
                 call.ordered,
             )),
+            kind,
             input,
             udf,
             call,
             prefetched,
             schema,
             metrics: ExecutionPlanMetricsSet::new(),
-            shape,
         }
     }
 
     /// The same operator over a new input.
     pub fn with_input(&self, input: Arc<dyn ExecutionPlan>) -> Self {
         Self::new(
+            self.kind.clone(),
             input,
             Arc::clone(&self.udf),
             Arc::clone(&self.call),
             self.prefetched,
             Arc::clone(&self.schema),
-            self.shape.clone(),
         )
     }
+}
 
+impl<K: UdfKind> UdfExec<K> {
     /// Executes the input of `partition` and gathers what its calls share. The
     /// input goes first: executing it starts the `PrefetchExec` whose local
     /// copies the calls read.
@@ -99,7 +151,11 @@ impl<U: ?Sized> UdfOperator<U> {
         &self,
         partition: usize,
         ctx: &Arc<TaskContext>,
-    ) -> DfResult<(SendableRecordBatchStream, CallContext<U>, BaselineMetrics)> {
+    ) -> DfResult<(
+        SendableRecordBatchStream,
+        CallContext<K::Udf>,
+        BaselineMetrics,
+    )> {
         self.start_with(partition, ctx, false)
     }
 
@@ -112,7 +168,11 @@ impl<U: ?Sized> UdfOperator<U> {
         partition: usize,
         ctx: &Arc<TaskContext>,
         handoff: bool,
-    ) -> DfResult<(SendableRecordBatchStream, CallContext<U>, BaselineMetrics)> {
+    ) -> DfResult<(
+        SendableRecordBatchStream,
+        CallContext<K::Udf>,
+        BaselineMetrics,
+    )> {
         let (input, handle) = if self.prefetched {
             let prefetch = self.input.downcast_ref::<PrefetchExec>().ok_or_else(|| {
                 Error::internal(format!(
@@ -152,6 +212,47 @@ impl<U: ?Sized> UdfOperator<U> {
                 .set(memo.kept());
         }
         Ok((input, part, BaselineMetrics::new(&self.metrics, partition)))
+    }
+}
+
+impl<K: UdfKind> DisplayAs for UdfExec<K> {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(
+            f,
+            "{}: udf={}, output={}",
+            K::NAME,
+            self.call.name,
+            K::output_name(&self.udf)
+        )?;
+        self.kind.fmt_settings(&self.call, f)
+    }
+}
+
+impl<K: UdfKind + Clone> ExecutionPlan for UdfExec<K> {
+    unary_exec_boilerplate!(K::NAME);
+
+    fn maintains_input_order(&self) -> Vec<bool> {
+        vec![self.kind.maintains_input_order(&self.call)]
+    }
+
+    fn supports_limit_pushdown(&self) -> bool {
+        self.kind.supports_limit_pushdown(&self.call)
+    }
+
+    fn required_input_distribution(&self) -> Vec<Distribution> {
+        vec![self.kind.required_input_distribution()]
+    }
+
+    fn required_input_ordering(&self) -> Vec<Option<OrderingRequirements>> {
+        vec![self.kind.required_input_ordering()]
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        ctx: Arc<TaskContext>,
+    ) -> DfResult<SendableRecordBatchStream> {
+        K::execute(self, partition, ctx)
     }
 }
 
@@ -254,8 +355,11 @@ mod tests {
     use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
     use udfchain_udfs::{agg_fn, batch_map_fn, gen_fn, map_fn};
 
+    use super::super::aggregate::{Aggregate, AggregateExec};
+    use super::super::batch_map::{BatchMap, BatchMapExec};
+    use super::super::generate::{Generate, GenerateExec};
+    use super::super::map::{Map, MapExec};
     use crate::plan::exec::udf_call::UdfCall;
-    use crate::plan::{AggregateExec, BatchMapExec, GenerateExec, MapExec};
     use crate::settings::OnError;
 
     /// `id, key` sorted by `id`.
@@ -330,6 +434,7 @@ mod tests {
             let appended = out_schema(&["id", "key"]);
             let plans: Vec<Arc<dyn ExecutionPlan>> = vec![
                 Arc::new(MapExec::new(
+                    Map,
                     sorted_input(),
                     Arc::clone(&map),
                     call(ordered),
@@ -337,6 +442,7 @@ mod tests {
                     Arc::clone(&appended),
                 )),
                 Arc::new(BatchMapExec::new(
+                    BatchMap,
                     sorted_input(),
                     Arc::clone(&batch),
                     call(ordered),
@@ -344,6 +450,7 @@ mod tests {
                     Arc::clone(&appended),
                 )),
                 Arc::new(GenerateExec::new(
+                    Generate,
                     sorted_input(),
                     Arc::clone(&generator),
                     call(ordered),
@@ -367,20 +474,24 @@ mod tests {
             }
             // An aggregate's output is its keys (here `id`) and the value.
             let grouped = AggregateExec::new(
+                Aggregate {
+                    keys: vec![(0, "id".to_string())],
+                },
                 sorted_input(),
                 Arc::clone(&agg),
                 call(ordered),
-                vec![(0, "id".to_string())],
                 false,
                 out_schema(&["id"]),
             );
             assert_eq!(ordering(&grouped), want, "AggregateExec ordered={ordered}");
             // Grouped by `key`, which the input is not sorted by: no order claimed.
             let by_key = AggregateExec::new(
+                Aggregate {
+                    keys: vec![(1, "key".to_string())],
+                },
                 sorted_input(),
                 Arc::clone(&agg),
                 call(ordered),
-                vec![(1, "key".to_string())],
                 false,
                 out_schema(&["key"]),
             );

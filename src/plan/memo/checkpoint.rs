@@ -19,10 +19,10 @@ use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::logical_expr::UserDefinedLogicalNodeCore;
 use sha2::{Digest, Sha256};
 
-use crate::plan::memo::Memo;
+use crate::error::Result;
 use crate::plan::logical::node::UdfNode;
 use crate::plan::logical::udf::Udf;
-use crate::error::Result;
+use crate::plan::memo::Memo;
 use crate::runtime::blocking;
 
 /// The dir a save's UDFs keep their results in.

@@ -53,8 +53,8 @@ use super::handoff::Handoff;
 use super::window::AutoWindow;
 use crate::cache::{Reach, StoreSource};
 use crate::error::Error;
-use crate::plan::row_slices::slices;
 use crate::plan::memo::Memo;
+use crate::plan::row_slices::slices;
 use crate::runtime::{PoolTask, spawn_on};
 use crate::util::lock::lock;
 
