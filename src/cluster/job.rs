@@ -48,19 +48,16 @@ use ballista_core::serde::protobuf::scheduler_grpc_client::SchedulerGrpcClient;
 use ballista_core::serde::protobuf::{CancelJobParams, GetJobMetricsParams, GetJobMetricsResult};
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::{RecordBatchStream, SendableRecordBatchStream, TaskContext};
-use datafusion::physical_expr::PhysicalExpr;
-use datafusion::physical_plan::metrics::{
-    ExecutionPlanMetricsSet, Gauge, MetricBuilder, MetricsSet,
-};
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, Gauge, MetricBuilder};
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use datafusion_proto::protobuf::LogicalPlanNode;
 use futures::{Future, Stream};
 use tokio::task::JoinHandle;
 
 use crate::error::Error;
+use crate::util::exec_boilerplate::exec_boilerplate;
 use crate::util::lock::lock;
 
 /// How long a dropped stream's cancel may take to reach the scheduler.
@@ -94,6 +91,8 @@ pub async fn cancels_sent(timeout: Duration) -> Vec<String> {
 #[derive(Debug)]
 pub struct JobExec {
     input: Arc<dyn ExecutionPlan>,
+    /// The input's, unchanged.
+    properties: Arc<PlanProperties>,
     /// The scheduler's `http://host:port`.
     scheduler: String,
     /// How long the job may wait while the scheduler has no executor.
@@ -113,12 +112,17 @@ impl JobExec {
         let metrics = ExecutionPlanMetricsSet::new();
         let waiting = MetricBuilder::new(&metrics).global_gauge("waiting_for_executor");
         Self {
+            properties: Arc::clone(input.properties()),
             input,
             scheduler,
             executor_timeout,
             metrics,
             waiting,
         }
+    }
+
+    fn with_input(&self, input: Arc<dyn ExecutionPlan>) -> Self {
+        Self::new(input, self.scheduler.clone(), self.executor_timeout)
     }
 }
 
@@ -227,42 +231,7 @@ impl DisplayAs for JobExec {
 }
 
 impl ExecutionPlan for JobExec {
-    fn name(&self) -> &str {
-        "JobExec"
-    }
-
-    fn properties(&self) -> &Arc<PlanProperties> {
-        self.input.properties()
-    }
-
-    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        vec![&self.input]
-    }
-
-    fn metrics(&self) -> Option<MetricsSet> {
-        Some(self.metrics.clone_inner())
-    }
-
-    fn apply_expressions(
-        &self,
-        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DfResult<TreeNodeRecursion>,
-    ) -> DfResult<TreeNodeRecursion> {
-        Ok(TreeNodeRecursion::Continue)
-    }
-
-    fn with_new_children(
-        self: Arc<Self>,
-        mut children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        if children.len() != 1 {
-            return datafusion::common::internal_err!("JobExec takes one input");
-        }
-        Ok(Arc::new(Self::new(
-            children.swap_remove(0),
-            self.scheduler.clone(),
-            self.executor_timeout,
-        )))
-    }
+    exec_boilerplate!("JobExec", one_input, metrics);
 
     fn execute(
         &self,

@@ -37,15 +37,14 @@ use ballista_core::serde::protobuf::job_status::Status;
 use ballista_core::serde::protobuf::scheduler_grpc_client::SchedulerGrpcClient;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::{RecordBatchStream, SendableRecordBatchStream, TaskContext};
-use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use futures::{Future, Stream};
 use tokio::sync::watch;
 
 use crate::error::Error;
+use crate::util::exec_boilerplate::exec_boilerplate;
 use crate::util::lock::lock;
 
 /// How often a job with running udfchain streams is looked up.
@@ -169,12 +168,22 @@ fn job_of(ctx: &TaskContext) -> Option<String> {
 #[derive(Debug)]
 pub struct WatchExec {
     input: Arc<dyn ExecutionPlan>,
+    /// The input's, unchanged.
+    properties: Arc<PlanProperties>,
     watch: Arc<JobWatch>,
 }
 
 impl WatchExec {
     pub fn new(input: Arc<dyn ExecutionPlan>, watch: Arc<JobWatch>) -> Self {
-        Self { input, watch }
+        Self {
+            properties: Arc::clone(input.properties()),
+            input,
+            watch,
+        }
+    }
+
+    fn with_input(&self, input: Arc<dyn ExecutionPlan>) -> Self {
+        Self::new(input, Arc::clone(&self.watch))
     }
 }
 
@@ -185,37 +194,7 @@ impl DisplayAs for WatchExec {
 }
 
 impl ExecutionPlan for WatchExec {
-    fn name(&self) -> &str {
-        "WatchExec"
-    }
-
-    fn properties(&self) -> &Arc<PlanProperties> {
-        self.input.properties()
-    }
-
-    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        vec![&self.input]
-    }
-
-    fn apply_expressions(
-        &self,
-        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DfResult<TreeNodeRecursion>,
-    ) -> DfResult<TreeNodeRecursion> {
-        Ok(TreeNodeRecursion::Continue)
-    }
-
-    fn with_new_children(
-        self: Arc<Self>,
-        mut children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        if children.len() != 1 {
-            return datafusion::common::internal_err!("WatchExec takes one input");
-        }
-        Ok(Arc::new(Self::new(
-            children.swap_remove(0),
-            Arc::clone(&self.watch),
-        )))
-    }
+    exec_boilerplate!("WatchExec", one_input);
 
     fn execute(
         &self,

@@ -14,7 +14,6 @@ mod prefetch;
 mod report;
 mod row_slices;
 mod skip_list;
-mod unary_exec;
 
 pub use exec::Instance;
 pub use exec::any_kind::as_udf_exec;

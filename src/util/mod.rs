@@ -1,11 +1,13 @@
 //! Small helpers shared by several layers (imports point down to here only):
-//! fsync of files and dirs before a commit ([`durable`]), owner locks that tell a sweeper whether a dir's owner process is still
+//! fsync of files and dirs before a commit ([`durable`]), the `ExecutionPlan`
+//! boilerplate of every operator ([`exec_boilerplate`]), owner locks that tell a sweeper whether a dir's owner process is still
 //! running ([`owner`]), closest-name suggestions for "did you mean" ([`closest`]),
 //! the masking of credentials in every output ([`redact`]), and
 //! poison-tolerant locking ([`lock`]), and one fetch per key at a time
 //! ([`single_flight`]).
 
 pub mod durable;
+pub(crate) mod exec_boilerplate;
 pub(crate) mod lock;
 pub mod owner;
 pub mod redact;

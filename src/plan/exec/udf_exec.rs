@@ -31,7 +31,7 @@ use crate::error::Error;
 use crate::plan::exec::udf_call::UdfCall;
 use crate::plan::logical::Udf;
 use crate::plan::prefetch::{Handoff, PrefetchExec};
-use crate::plan::unary_exec::unary_exec_boilerplate;
+use crate::util::exec_boilerplate::exec_boilerplate;
 
 /// What one UDF kind's operator does its own way; everything else is
 /// [`UdfExec`]'s. A value of the kind holds what only that kind has (an
@@ -229,7 +229,13 @@ impl<K: UdfKind> DisplayAs for UdfExec<K> {
 }
 
 impl<K: UdfKind + Clone> ExecutionPlan for UdfExec<K> {
-    unary_exec_boilerplate!(K::NAME);
+    exec_boilerplate!(K::NAME, one_input, metrics);
+
+    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
+        // The operator runs `parallel` calls itself; more partitions would
+        // only scatter the input order.
+        vec![false]
+    }
 
     fn maintains_input_order(&self) -> Vec<bool> {
         vec![self.kind.maintains_input_order(&self.call)]

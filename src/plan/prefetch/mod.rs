@@ -84,8 +84,8 @@ use crate::cache::LocalCopies;
 use crate::cache::StoreSource;
 use crate::cache::TempCache;
 use crate::plan::skip_list::SkipList;
-use crate::plan::unary_exec::unary_exec_boilerplate;
 use crate::settings::{OnError, Prefetch};
+use crate::util::exec_boilerplate::exec_boilerplate;
 use downloads::{Downloads, PrefetchMetrics};
 use stream::PrefetchStream;
 use window::AutoWindow;
@@ -294,7 +294,13 @@ impl DisplayAs for PrefetchExec {
 }
 
 impl ExecutionPlan for PrefetchExec {
-    unary_exec_boilerplate!("PrefetchExec");
+    exec_boilerplate!("PrefetchExec", one_input, metrics);
+
+    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
+        // Each partition keeps its own window of downloads; more partitions would
+        // only scatter the input order.
+        vec![false]
+    }
 
     fn maintains_input_order(&self) -> Vec<bool> {
         vec![self.options.ordered]
