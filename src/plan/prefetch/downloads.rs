@@ -1,7 +1,8 @@
 //! The download bookkeeping of one `PrefetchExec` partition ([`Downloads`]):
 //! where each file's local copy goes (memory, the temp dir, or the shared
 //! cache), one download per object at a time, the connection cap across
-//! partitions, and what a failed download does under each `on_error`.
+//! partitions, what a failed download does under each `on_error`, and
+//! [`Fetched`], what a download task yields.
 //!
 //! Guarantees: a row is passed on only when every `File` in it has a complete
 //! local copy (a temp copy, or a pinned shared-cache entry), each holding
@@ -33,6 +34,7 @@ use crate::cache::{LocalCopies, file_key};
 use crate::cache::{SharedCache, TempCache};
 use crate::error::Error;
 use crate::plan::skip_list::SkipList;
+use crate::runtime::PoolTask;
 use crate::settings::OnError;
 use crate::storage::{
     Body, Downloaded, VersionPin, download_bytes, download_first, download_to, read_local_pinned,
@@ -446,3 +448,23 @@ fn with_pinned(row: RecordBatch, cols: &[usize], pinned: &[File]) -> Result<Reco
     }
     RecordBatch::try_new(schema, columns).map_err(|e| Error::internal(e.to_string()))
 }
+
+/// A finished fetch of one row, or a run of rows that needed none.
+pub(super) struct Fetched {
+    /// Its place in the order of what this stream hands on.
+    pub(super) seq: u64,
+    /// The position of its first row in the partition's input.
+    pub(super) base: u64,
+    /// The row, `None` if skipped.
+    pub(super) row: DfResult<Option<RecordBatch>>,
+    /// Bytes charged to the memory pool for it.
+    pub(super) bytes: usize,
+    /// Of `bytes`, what was estimated for files of unknown size (named by
+    /// URL), and how many such files the row has.
+    pub(super) estimated: usize,
+    pub(super) unsized_files: usize,
+    /// The sizes the first responses gave those files.
+    pub(super) learned: usize,
+}
+
+pub(super) type Fetch = PoolTask<Fetched>;

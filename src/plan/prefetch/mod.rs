@@ -1,6 +1,8 @@
 //! `PrefetchExec`: while a UDF works on one row, the files of the next rows are
 //! downloading. This file holds the plan node and the hand-off to the UDF
-//! operator above; `stream.rs` the window, `downloads.rs` the download bookkeeping,
+//! operator above; `stream.rs` the window, `reorder.rs` its reorder buffer,
+//! `in_place.rs` what each input batch needs (rows to fetch, local rows to
+//! read ahead, or nothing), `downloads.rs` the download bookkeeping,
 //! `window.rs` the `prefetch = auto` policy, `window_pins.rs` the shared-cache
 //! entries the window holds for its rows.
 //!
@@ -62,6 +64,8 @@
 
 mod downloads;
 mod handoff;
+mod in_place;
+mod reorder;
 mod stream;
 mod window;
 mod window_pins;
@@ -258,11 +262,11 @@ impl PrefetchExec {
             downloads,
             handoff,
             self.options.memo.clone(),
-            stream::Direct {
+            in_place::Direct {
                 local: match (self.options.cache, self.options.prefetch) {
-                    (true, _) => stream::LocalMode::Fetched,
-                    (false, Prefetch::Auto) => stream::LocalMode::InPlace,
-                    (false, Prefetch::Fixed(_)) => stream::LocalMode::Ahead,
+                    (true, _) => in_place::LocalMode::Fetched,
+                    (false, Prefetch::Auto) => in_place::LocalMode::InPlace,
+                    (false, Prefetch::Fixed(_)) => in_place::LocalMode::Ahead,
                 },
                 memory: !self.options.cache,
             },

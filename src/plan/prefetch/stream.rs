@@ -7,17 +7,15 @@
 //!   rows are downloading at once. A row whose download finished never counts
 //!   against it, so under `ordered = true` a slow object does not shrink the
 //!   number of requests in flight behind it;
-//! - the **reorder buffer** (`ordered = true` only) holds rows that finished
-//!   before their turn. It is bounded by bytes: the file bytes of the rows it
-//!   holds, plus those of the rows in flight that may land in it (every row in
-//!   flight but the next one due), stay within [`REORDER_WINDOWS`] times the
-//!   window times the mean bytes of a row started so far (each row counting at
-//!   least one byte), capped at [`REORDER_MAX_BYTES`] (or two windows' bytes
-//!   when those are more). When a new row would not fit, no new request starts until
-//!   rows are handed on: **a full reorder buffer is the only backpressure on
-//!   the window** (besides the memory pool below). The next row due always
-//!   starts, so a single row larger than the bound still proceeds; the buffer's
-//!   peak is the `reorder_peak_bytes` metric.
+//! - the **reorder buffer** (`ordered = true` only, [`Reorder`]) holds rows
+//!   that finished before their turn, bounded by bytes. When a new row would
+//!   not fit, no new request starts until rows are handed on: **a full
+//!   reorder buffer is the only backpressure on the window** (besides the
+//!   memory pool below). The next row due always starts.
+//!
+//! What each input batch needs (rows to fetch, runs of local rows to read
+//! ahead, or nothing when its files are read where they are) is decided in
+//! `in_place.rs`.
 //!
 //! Other guarantees: the bytes of every row started and not yet handed on (in
 //! flight or in the reorder buffer) are charged to the memory pool; when the
@@ -34,184 +32,26 @@
 //! (unless it was the next row due) until the map settles it, a dropped row
 //! (`on_error = skip`) is announced there, and an error still waits for its turn.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
-use datafusion::arrow::array::{Array, AsArray, RecordBatch};
-use datafusion::arrow::datatypes::UInt64Type;
+use datafusion::arrow::array::RecordBatch;
 use datafusion::error::Result as DfResult;
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::execution::memory_pool::MemoryReservation;
-use datafusion::physical_plan::metrics::Gauge;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use udfchain_udfs::File;
 
-use super::downloads::Downloads;
+use super::downloads::{Downloads, Fetch, Fetched};
 use super::handoff::Handoff;
+use super::in_place::{Direct, Needs, Pending, rows_to_fetch};
+use super::reorder::{Reorder, cost_of};
 use super::window::AutoWindow;
-use crate::cache::{Reach, StoreSource};
 use crate::error::Error;
 use crate::plan::memo::Memo;
-use crate::plan::row_slices::slices;
-use crate::runtime::{PoolTask, spawn_on};
+use crate::runtime::spawn_on;
 use crate::util::lock::lock;
-
-/// The reorder buffer may hold this many windows' worth of bytes: with a
-/// window sized for the mean round trip (~30 ms under the bench's tail model),
-/// 32 windows keep requests going through a 1 s stall of the row due. Four
-/// windows held them for ~0.1 s of it, and ordered output lost most of each
-/// stall to unordered output. The memory pool caps it like every prefetched byte.
-pub(super) const REORDER_WINDOWS: usize = 32;
-
-/// ... but no more than this many bytes once the window's own bytes are met
-/// (DataFusion's default memory pool is unbounded): at the default
-/// `max_connections` of 128 and rows of 256 KiB, 32 windows would be 1 GiB.
-/// 256 MiB is still 32 windows of 64 KiB rows at 128 in flight; a window whose
-/// own rows are larger keeps twice its bytes.
-pub(super) const REORDER_MAX_BYTES: usize = 256 << 20;
-
-/// A finished fetch of one row, or a run of rows that needed none.
-pub(super) struct Fetched {
-    /// Its place in the order of what this stream hands on.
-    seq: u64,
-    /// The position of its first row in the partition's input.
-    base: u64,
-    /// The row, `None` if skipped.
-    row: DfResult<Option<RecordBatch>>,
-    /// Bytes charged to the memory pool for it.
-    bytes: usize,
-    /// Of `bytes`, what was estimated for files of unknown size (named by
-    /// URL), and how many such files the row has.
-    estimated: usize,
-    unsized_files: usize,
-    /// The sizes the first responses gave those files.
-    learned: usize,
-}
-
-pub(super) type Fetch = PoolTask<Fetched>;
-
-/// `ordered = true`: the rows that finished before their turn.
-#[derive(Default)]
-pub(super) struct Reorder {
-    /// The seq of the next row to hand on.
-    next: u64,
-    /// Finished rows by seq, each with the bytes it counts in `bytes` (0 for
-    /// a row that finished in its turn).
-    done: BTreeMap<u64, (Fetched, usize)>,
-    /// Bytes (at least one per row) of the rows in `done`.
-    bytes: usize,
-    /// Bytes of each row in flight, by seq.
-    in_flight: BTreeMap<u64, usize>,
-    /// Sum of `in_flight`.
-    in_flight_bytes: usize,
-    /// Bytes and rows started so far (for the mean row size).
-    started_bytes: usize,
-    started_rows: usize,
-    /// With a [`Handoff`]: rows handed on before their turn, by seq, with the
-    /// bytes they count in `bytes` until the operator above settles them.
-    out: BTreeMap<u64, usize>,
-    /// With a [`Handoff`]: rows after `next` that are done with (settled by
-    /// the operator above, or dropped).
-    settled: BTreeSet<u64>,
-}
-
-impl Reorder {
-    /// Bytes the buffer may come to hold: what it holds plus every row in
-    /// flight except the next one due (handed on as soon as it finishes).
-    fn committed(&self) -> usize {
-        self.bytes + self.in_flight_bytes - self.in_flight.get(&self.next).copied().unwrap_or(0)
-    }
-
-    /// The bound on `committed` for a window of `window` rows.
-    fn limit(&self, window: usize) -> usize {
-        let mean = self.started_bytes.div_ceil(self.started_rows.max(1)).max(1);
-        let windows = REORDER_WINDOWS.saturating_mul(window).saturating_mul(mean);
-        windows.min(REORDER_MAX_BYTES.max(window.saturating_mul(mean).saturating_mul(2)))
-    }
-
-    /// Whether row `seq` of `cost` bytes may start now.
-    fn admits(&self, seq: u64, cost: usize, window: usize) -> bool {
-        seq == self.next || self.committed() + cost <= self.limit(window)
-    }
-
-    fn started(&mut self, seq: u64, cost: usize) {
-        self.in_flight.insert(seq, cost);
-        self.in_flight_bytes += cost;
-        self.started_bytes += cost;
-        self.started_rows += 1;
-    }
-
-    /// Row `seq`, still in flight, turned out to cost `cost` (its files'
-    /// sizes learned from their first responses).
-    fn resize(&mut self, seq: u64, cost: usize) {
-        if let Some(old) = self.in_flight.insert(seq, cost) {
-            self.in_flight_bytes = self.in_flight_bytes - old + cost;
-            self.started_bytes = self.started_bytes - old + cost;
-        }
-    }
-
-    /// A row finished: into the buffer (its turn comes out of `pop`).
-    fn finished(&mut self, f: Fetched, peak: &Gauge) {
-        let mut counted = 0;
-        if let Some(cost) = self.in_flight.remove(&f.seq) {
-            self.in_flight_bytes -= cost;
-            if f.seq != self.next {
-                counted = cost;
-                self.bytes += cost;
-                peak.set_max(self.bytes);
-            }
-        }
-        self.done.insert(f.seq, (f, counted));
-    }
-
-    /// The next row due, if it finished.
-    fn pop(&mut self) -> Option<Fetched> {
-        let (f, counted) = self.done.remove(&self.next)?;
-        self.next += 1;
-        self.bytes -= counted;
-        Some(f)
-    }
-
-    fn head_ready(&self) -> bool {
-        self.done.contains_key(&self.next)
-    }
-
-    /// With a [`Handoff`]: row `seq` is handed on as it finished; unless it
-    /// is the next row due, it counts in `bytes` until settled (as it would
-    /// waiting in `done`).
-    fn handed_early(&mut self, seq: u64, peak: &Gauge) {
-        if let Some(cost) = self.in_flight.remove(&seq) {
-            self.in_flight_bytes -= cost;
-            let counted = if seq == self.next { 0 } else { cost };
-            self.bytes += counted;
-            peak.set_max(self.bytes);
-            self.out.insert(seq, counted);
-        }
-    }
-
-    /// With a [`Handoff`]: row `seq` was dropped here or settled above.
-    fn settle(&mut self, seq: u64) {
-        if let Some(cost) = self.in_flight.remove(&seq) {
-            self.in_flight_bytes -= cost;
-        }
-        if let Some(cost) = self.out.remove(&seq) {
-            self.bytes -= cost;
-        }
-        if seq >= self.next {
-            self.settled.insert(seq);
-        }
-        while self.settled.remove(&self.next) {
-            self.next += 1;
-        }
-    }
-
-    /// Whether rows were handed on early and not settled yet, or wait.
-    fn pending(&self) -> bool {
-        !self.out.is_empty() || !self.done.is_empty()
-    }
-}
 
 /// Resolves when the operator above settles a row (never without a handoff).
 async fn settled(handoff: &Option<Arc<Handoff>>) {
@@ -219,11 +59,6 @@ async fn settled(handoff: &Option<Arc<Handoff>>) {
         Some(h) => h.settled().await,
         None => std::future::pending().await,
     }
-}
-
-/// What a row counts against the reorder bound: its file bytes, at least one.
-fn cost_of(bytes: usize) -> usize {
-    bytes.max(1)
 }
 
 pub(super) struct PrefetchStream {
@@ -395,7 +230,7 @@ impl PrefetchStream {
                 biased;
                 batch = self.input.next(), if want_input => {
                     match batch {
-                        Some(Ok(b)) => match self.rows_to_fetch(&b) {
+                        Some(Ok(b)) => match rows_to_fetch(&b, self.memo.as_deref(), &self.downloads, self.direct) {
                             Ok(Needs::Fetch(rows)) => self.rows.extend(rows),
                             Ok(Needs::Nothing { files, bytes }) => self.pass(b, files, bytes),
                             Err(e) => return Some(Err(e)),
@@ -461,82 +296,6 @@ impl PrefetchStream {
                 Err(e) => return Some(Err(e)),
             }
         }
-    }
-
-    /// The rows of `b` with the files to fetch for each: none for a row whose
-    /// result the UDF's checkpoint already holds (its UDF makes no call), nor
-    /// for a file read where it is (see [`Direct`]). When no row has a file
-    /// to fetch, `b` is handed on whole (and never cut into rows).
-    fn rows_to_fetch(&self, b: &RecordBatch) -> DfResult<Needs> {
-        let no_memo = self.memo.as_ref().is_none_or(|m| m.kept() == 0);
-        if let Some((files, bytes)) = no_memo.then(|| self.all_in_place(b)).flatten() {
-            return Ok(Needs::Nothing { files, bytes });
-        }
-        let mut files = files_by_row(b, &self.downloads.file_cols)?;
-        if let Some(memo) = self.memo.as_ref().filter(|m| m.kept() > 0) {
-            for (files, key) in files.iter_mut().zip(memo.keys(b)?) {
-                if memo.contains(&key) {
-                    files.clear();
-                }
-            }
-        }
-        // One pass over the files: whether all are read where they are, or
-        // all are local files to read ahead.
-        let source = &self.downloads.source;
-        let (mut direct, mut ahead) = (true, self.direct.local == LocalMode::Ahead);
-        let (mut n, mut bytes) = (0, 0);
-        let mut last = None;
-        for f in files.iter().flatten() {
-            let reach = reach_of(source, &mut last, &f.source);
-            direct &= self.direct.reads(reach);
-            ahead &= f.size_known() && f.member().is_none() && reach == Reach::LocalFiles;
-            n += 1;
-            bytes += if f.size_known() { f.size as usize } else { 0 };
-        }
-        if direct {
-            return Ok(Needs::Nothing { files: n, bytes });
-        }
-        if ahead {
-            return Ok(Needs::Fetch(runs_ahead(b, files)));
-        }
-        let rows = slices(b, 1).into_iter().zip(files);
-        Ok(Needs::Fetch(
-            rows.map(|(batch, files)| Pending {
-                batch,
-                files,
-                ahead: false,
-            })
-            .collect(),
-        ))
-    }
-
-    /// The count and listed bytes of the files of `b` when every one is
-    /// read where it is (see [`Direct`]), read off the File columns' `source`
-    /// and `size` arrays, no `File` decoded (a batch's files mostly share
-    /// one source, whose reach is looked up once). `None` when some file is
-    /// to be fetched, or a column is not laid out as a `File`.
-    fn all_in_place(&self, b: &RecordBatch) -> Option<(usize, usize)> {
-        let (mut files, mut bytes) = (0, 0);
-        for &c in &self.downloads.file_cols {
-            let column = b.column(c).as_struct_opt()?;
-            let sources = column.column_by_name("source")?.as_string_opt::<i32>()?;
-            let sizes = column
-                .column_by_name("size")?
-                .as_primitive_opt::<UInt64Type>()?;
-            let mut last = None;
-            for row in (0..column.len()).filter(|&r| column.is_valid(r)) {
-                let source = sources.value(row);
-                if !self
-                    .direct
-                    .reads(reach_of(&self.downloads.source, &mut last, source))
-                {
-                    return None;
-                }
-                files += 1;
-                bytes += sizes.value(row) as usize;
-            }
-        }
-        Some((files, bytes))
     }
 
     /// Hands `b` on whole, after the rows started before it: a finished
@@ -610,176 +369,5 @@ impl PrefetchStream {
             }
         });
         self.in_flight.push(task);
-    }
-}
-
-/// Which files a `PrefetchExec` leaves where they are, for the UDF to read
-/// directly. An in-memory store's objects, at every `prefetch` (a fetch
-/// would only hand the same bytes across a task); the local file system's
-/// as [`LocalMode`] says. With `cache = true` every file goes through the
-/// shared cache.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Direct {
-    pub(super) local: LocalMode,
-    pub(super) memory: bool,
-}
-
-/// What a `PrefetchExec` does with the files of the local file system.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum LocalMode {
-    /// `prefetch = auto`: read by the UDF where they are (a page-cached read
-    /// costs less than the hand-off of a download).
-    InPlace,
-    /// A fixed `prefetch = N`: read ahead, as asked (for network file systems
-    /// and cold disks), in runs of rows (see [`runs_ahead`]), then read by
-    /// the UDF where they are or from the bytes read ahead; never copied.
-    Ahead,
-    /// `cache = true`: fetched into the shared cache as any file.
-    Fetched,
-}
-
-impl Direct {
-    /// Whether files kept where `reach` says are read where they are.
-    fn reads(&self, reach: Reach) -> bool {
-        match reach {
-            Reach::LocalFiles => self.local == LocalMode::InPlace,
-            Reach::Memory => self.memory,
-            Reach::Network => false,
-        }
-    }
-}
-
-/// `stores.reach(source)`, kept in `last` for the next file: a batch's files
-/// mostly share one source, whose store is then looked up once.
-fn reach_of<'a>(
-    stores: &StoreSource,
-    last: &mut Option<(&'a str, Reach)>,
-    source: &'a str,
-) -> Reach {
-    match *last {
-        Some((seen, reach)) if seen == source => reach,
-        _ => {
-            let reach = stores.reach(source);
-            *last = Some((source, reach));
-            reach
-        }
-    }
-}
-
-/// A run of local rows read ahead holds at most this many rows ...
-const RUN_ROWS: usize = 64;
-/// ... and ends at the row whose files bring it to this many bytes: one
-/// blocking-pool trip and one batch to the UDF per run instead of per row.
-const RUN_BYTES: u64 = 4 << 20;
-
-/// `b` cut into runs of rows to read ahead (see [`RUN_ROWS`], at least one
-/// row each), each with the files of its rows.
-fn runs_ahead(b: &RecordBatch, files: Vec<Vec<File>>) -> Vec<Pending> {
-    let mut runs = Vec::new();
-    let (mut start, mut run, mut bytes) = (0, Vec::new(), 0u64);
-    for (row, row_files) in files.into_iter().enumerate() {
-        bytes += row_files.iter().map(|f| f.size).sum::<u64>();
-        run.extend(row_files);
-        if row + 1 - start == RUN_ROWS || bytes >= RUN_BYTES || row + 1 == b.num_rows() {
-            runs.push(Pending {
-                batch: b.slice(start, row + 1 - start),
-                files: std::mem::take(&mut run),
-                ahead: true,
-            });
-            (start, bytes) = (row + 1, 0);
-        }
-    }
-    runs
-}
-
-/// Rows not started yet: one row to fetch, or a run of local rows to read
-/// ahead (`ahead`), with the files of its rows.
-pub(super) struct Pending {
-    batch: RecordBatch,
-    files: Vec<File>,
-    ahead: bool,
-}
-
-/// What an input batch needs from the prefetch.
-enum Needs {
-    /// Its rows (one-row batches, or runs read ahead), each with the files
-    /// to fetch for it.
-    Fetch(Vec<Pending>),
-    /// Nothing: its `files` files (of `bytes` bytes) are read where they are.
-    Nothing { files: usize, bytes: usize },
-}
-
-/// The non-null `File`s of each row of `batch` in its `file_cols` (every
-/// column decoded once for the whole batch).
-fn files_by_row(batch: &RecordBatch, file_cols: &[usize]) -> DfResult<Vec<Vec<File>>> {
-    let mut rows: Vec<Vec<File>> = vec![Vec::with_capacity(file_cols.len()); batch.num_rows()];
-    for &c in file_cols {
-        let files = File::decode_array(batch.column(c)).map_err(|e| {
-            Error::internal(format!("a File column the planner checked: {e}")).into_df()
-        })?;
-        for (row, f) in rows.iter_mut().zip(files) {
-            row.extend(f);
-        }
-    }
-    Ok(rows)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use datafusion::physical_plan::metrics::Gauge;
-
-    fn fetched(seq: u64, bytes: usize) -> Fetched {
-        Fetched {
-            seq,
-            base: seq,
-            row: Ok(None),
-            bytes,
-            estimated: 0,
-            unsized_files: 0,
-            learned: 0,
-        }
-    }
-
-    #[test]
-    fn the_reorder_bound_is_capped_in_bytes_but_never_below_two_windows() {
-        let mut r = Reorder::default();
-        r.started(0, 256 << 10);
-        // 32 windows of 128 rows of 256 KiB would be 1 GiB.
-        assert_eq!(r.limit(128), REORDER_MAX_BYTES);
-        // Small rows: 32 windows, under the cap.
-        let mut small = Reorder::default();
-        small.started(0, 1 << 10);
-        assert_eq!(small.limit(128), 32 * 128 * (1 << 10));
-        // Rows so large that two windows exceed the cap: two windows.
-        let mut large = Reorder::default();
-        large.started(0, 16 << 20);
-        assert_eq!(large.limit(64), 2 * 64 * (16 << 20));
-    }
-
-    #[test]
-    fn the_reorder_buffer_never_holds_more_than_its_bound() {
-        // Window 2 of 10-byte rows: the bound is 32 x 2 x 10 = 640 bytes.
-        let (mut r, peak) = (Reorder::default(), Gauge::new());
-        let mut seq = 0;
-        // Row 0 (the head) is slow; everything after it finishes at once.
-        while r.admits(seq, 10, 2) {
-            r.started(seq, 10);
-            if seq > 0 {
-                r.finished(fetched(seq, 10), &peak);
-            }
-            seq += 1;
-            assert!(seq < 100, "admitted without bound");
-        }
-        assert_eq!(r.limit(2), 640);
-        assert_eq!(seq, 65, "the head plus 64 rows of 10 bytes fill 640 bytes");
-        assert_eq!(peak.value(), 640);
-        assert!(r.pop().is_none(), "the head is still in flight");
-        r.finished(fetched(0, 10), &peak);
-        for want in 0..65 {
-            assert_eq!(r.pop().map(|f| f.seq), Some(want));
-        }
-        assert_eq!((r.bytes, r.committed()), (0, 0));
-        assert!(r.admits(seq, 1_000, 2), "the next row due always starts");
     }
 }
