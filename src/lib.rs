@@ -49,7 +49,8 @@
 //! per-UDF temporary cache and the shared persistent cache); `storage/` stores,
 //! listing and downloads; at the bottom `runtime/` (the UDF pool), `settings`,
 //! `error` and `util/`. The UDF contract itself lives in the `udfchain-udfs` crate.
-//! The `udfchain` binary's command line (`src/cli/`) is no part of the library.
+//! The `udfchain` binary (`src/bin/udfchain/`: its command line) is no part of
+//! the library.
 
 #![warn(missing_docs)]
 

@@ -3,10 +3,10 @@
 //! window pins for its rows; and [`StoreSource`], the `FileSource` UDFs read
 //! through, which prefers those local copies.
 pub mod shared;
-pub mod source;
+pub mod store_source;
 pub mod temp;
 pub use shared::{CacheUsage, PinnedEntry, SharedCache};
-pub use source::{LocalCopies, Reach, StoreSource};
+pub use store_source::{LocalCopies, Reach, StoreSource};
 pub use temp::TempCache;
 
 use udfchain_udfs::File;

@@ -9,11 +9,11 @@
 //! before the source; a chain without a source cannot be built, so none can run.
 //!
 //! One concept per file: this file the chain itself (its source, its steps and
-//! the calls that add them); `plan.rs` turning it into a DataFusion plan
+//! the calls that add them); `logical_plan.rs` turning it into a DataFusion plan
 //! (and `explain`); `run.rs` running it (`collect`, `stream`, reports);
 //! `save.rs` writing its rows (a dataset version, a Parquet file);
 //! `delta.rs` delta saves (only the files added or changed since the last version);
-//! `session.rs` the chains and the catalog a [`Session`] offers;
+//! `session_chains.rs` the chains and the catalog a [`Session`] offers;
 //! `verbs.rs` dataset verbs (diff, subtract, shuffle, sample, chunk);
 //! `lineage.rs` what a chain reads (the sources a save records);
 //! `export.rs` `to_storage` (a File column's files written out).
@@ -24,10 +24,10 @@ mod explode;
 mod export;
 mod expr;
 mod lineage;
-mod plan;
+mod logical_plan;
 mod run;
 mod save;
-mod session;
+mod session_chains;
 mod verbs;
 
 pub use builder::ChainBuilder;

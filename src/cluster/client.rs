@@ -39,10 +39,10 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion_proto::protobuf::LogicalPlanNode;
 
 use super::codec::{LogicalCodec, PhysicalCodec};
+use super::exactly_once::OneFinalTask;
 use super::job::JobExec;
 use super::job_watch::JobWatch;
 use super::registry::UdfRegistry;
-use super::reruns::OneFinalTask;
 use super::spread::Spread;
 use crate::error::{Error, Result};
 use crate::plan::UdfQueryPlanner;

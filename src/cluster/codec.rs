@@ -51,9 +51,9 @@ use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConve
 use serde::{Deserialize, Serialize};
 use udfchain_udfs::Signature;
 
+use super::exactly_once::one_read_per_map_output;
 use super::job_watch::{JobWatch, WatchExec};
 use super::registry::{UdfRegistry, placeholder};
-use super::reruns::one_read_per_map_output;
 use crate::chain::JsonToStruct;
 use crate::error::Error;
 use crate::plan::{
@@ -596,7 +596,7 @@ impl PhysicalExtensionCodec for PhysicalCodec {
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         let Some((kind, body)) = ours(buf) else {
             // Ballista's node; a shuffle read after a rerun reads each map
-            // output once (see reruns.rs).
+            // output once (see exactly_once.rs).
             let fixed = one_read_per_map_output(buf);
             let buf = fixed.as_deref().unwrap_or(buf);
             return self.inner.try_decode(buf, inputs, ctx, proto_converter);

@@ -6,7 +6,7 @@
 //!   Ballista's; UDFs travel by name.
 //! - `registry`: the UDFs an executor runs, by name.
 //! - `spread`: `workers` partitions per UDF on a cluster.
-//! - `reruns`: every row once when Ballista reruns a stage after an
+//! - `exactly_once`: every row once when Ballista reruns a stage after an
 //!   executor was lost.
 //! - `client`: `Session::connect(settings)`, `Session::remote(url, settings)`,
 //!   `Session::standalone`, and writes (`save`) that run on the client.
@@ -24,19 +24,19 @@
 
 pub(crate) mod client;
 pub(crate) mod codec;
+pub(crate) mod exactly_once;
 pub(crate) mod executor;
 pub(crate) mod job;
 pub(crate) mod job_watch;
 pub(crate) mod registry;
-pub(crate) mod reruns;
 pub(crate) mod scheduler;
 pub(crate) mod spread;
 
 pub use client::{CONNECT_TIMEOUT, scheduler_url};
 pub use codec::{LogicalCodec, PhysicalCodec};
+pub use exactly_once::OneFinalTask;
 pub use executor::{Executor, ExecutorBuilder};
 pub use job::cancels_sent;
 pub use registry::UdfRegistry;
-pub use reruns::OneFinalTask;
 pub use scheduler::{Scheduler, SchedulerBuilder};
 pub use spread::Spread;

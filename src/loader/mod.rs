@@ -7,8 +7,8 @@
 //! reads; [`Loader::fetch`] materialises one of them; [`Loader::epoch`] is the
 //! trainer's stream of batches, `prefetch_partitions` partitions ahead.
 //!
-//! Guarantees (one file per concept: `plan.rs` the arithmetic, `source.rs`
-//! reading rows by position, `fetch.rs` one partition, `stream.rs` the epoch):
+//! Guarantees (one file per concept: `epoch_plan.rs` the arithmetic, `parquet_rows.rs`
+//! reading rows by position, `partition.rs` one partition, `stream.rs` the epoch):
 //! - every row of the source goes to exactly one (rank, worker) per epoch:
 //!   each partition's rows are split among the `world_size * max(num_workers, 1)`
 //!   consumers Modyn's way (consumer `rank * max(num_workers, 1) + worker` gets
@@ -30,9 +30,9 @@
 //! Its latest version, likewise, is fixed by the first plan.
 
 pub(crate) mod ahead;
-mod fetch;
-mod plan;
-mod source;
+mod epoch_plan;
+mod parquet_rows;
+mod partition;
 mod stream;
 
 use std::sync::Arc;
@@ -47,8 +47,8 @@ use udfchain_udfs::File;
 use crate::chain::Chain;
 use crate::error::{Error, Result};
 use crate::session::Session;
-use fetch::Spec;
-use source::Resolved;
+use parquet_rows::Resolved;
+use partition::Spec;
 
 /// Rows per partition unless [`Loader::partition_rows`] says otherwise.
 pub const DEFAULT_PARTITION_ROWS: usize = 1000;
@@ -472,10 +472,12 @@ impl Loader {
         let (worker, workers) = self.worker;
         let consumers = world * workers.max(1);
         let consumer = rank * workers.max(1) + worker;
-        let ranges = plan::partitions(source.rows(), self.partition_rows);
+        let ranges = epoch_plan::partitions(source.rows(), self.partition_rows);
         let order: Vec<usize> = match self.shuffle {
             None => (0..ranges.len()).collect(),
-            Some(seed) => plan::permutation(ranges.len(), plan::seed_of(seed, epoch, u64::MAX)),
+            Some(seed) => {
+                epoch_plan::permutation(ranges.len(), epoch_plan::seed_of(seed, epoch, u64::MAX))
+            }
         };
         let partitions = order
             .into_iter()
@@ -483,7 +485,7 @@ impl Loader {
             .map(|(index, j)| PartitionInfo {
                 index,
                 source_partition: j,
-                rows: plan::share(ranges[j].len(), consumers, consumer).len(),
+                rows: epoch_plan::share(ranges[j].len(), consumers, consumer).len(),
             })
             .collect();
         Ok(EpochPlan {
@@ -515,7 +517,7 @@ impl Loader {
     /// # Cancel safety
     /// Dropping the future aborts the partition's downloads; nothing is kept.
     pub async fn fetch(&self, plan: &EpochPlan, index: usize) -> Result<PartitionData> {
-        fetch::fetch(plan, index).await
+        partition::fetch(plan, index).await
     }
 
     /// The trainer's stream: batches of `batch_size` rows over the whole

@@ -24,7 +24,7 @@ use datafusion::arrow::datatypes::SchemaRef;
 use futures::stream::{BoxStream, StreamExt};
 
 use super::ahead::FetchAhead;
-use super::{EpochPlan, PartitionData, fetch::fetch};
+use super::{EpochPlan, PartitionData, partition::fetch};
 use crate::error::{Error, Result};
 
 /// The batches of `plan`, `k` partitions ahead, `p` fetches at once.

@@ -37,9 +37,9 @@ pub(crate) mod config;
 pub(crate) mod hook;
 pub mod inspect;
 pub(crate) mod sample;
+pub(crate) mod samples;
 pub(crate) mod selector;
 pub(crate) mod state;
-pub(crate) mod storage;
 pub(crate) mod supervisor;
 pub(crate) mod trigger;
 
@@ -61,7 +61,7 @@ pub use trigger::{DriftConfig, DriftMetric, FeatureSource, TriggerConfig};
 
 use crate::error::Result;
 use crate::pipeline::hook::{CompletedCallback, Hook};
-use crate::pipeline::storage::FeatureFn;
+use crate::pipeline::samples::FeatureFn;
 use crate::pipeline::supervisor::Supervisor;
 use crate::session::Session;
 

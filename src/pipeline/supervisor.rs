@@ -43,9 +43,9 @@ use crate::error::{Error, Result};
 use crate::pipeline::config::{Format, PipelineConfig};
 use crate::pipeline::hook::{CompletedCallback, Hook};
 use crate::pipeline::sample::Sample;
+use crate::pipeline::samples::{self, FeatureFn, Features};
 use crate::pipeline::selector::{ScoreFn, Strategy, build_strategy};
 use crate::pipeline::state::{self, SqlErr, TriggerRecord};
-use crate::pipeline::storage::{self, FeatureFn, Features};
 use crate::pipeline::trigger::{FeatureSource, Trigger, build_trigger};
 use crate::runtime;
 use crate::session::Session;
@@ -289,7 +289,7 @@ impl Supervisor {
     /// Ingests the new files (one commit); returns how many samples were added.
     pub async fn discover(&mut self) -> Result<usize> {
         let data = self.config.data.clone();
-        let files = storage::list(&self.session, &data).await?;
+        let files = samples::list(&self.session, &data).await?;
         let (seen, watermark) = self
             .step(|c| {
                 let seen: HashSet<String> = {
@@ -311,14 +311,14 @@ impl Supervisor {
             if seen.contains(&f.path) {
                 continue;
             }
-            if storage::file_timestamp(&f)? >= watermark {
+            if samples::file_timestamp(&f)? >= watermark {
                 new.push(f);
             }
         }
         if new.is_empty() {
             return Ok(0);
         }
-        let read = storage::read_all(&self.session, &data, &new, self.features.clone()).await?;
+        let read = samples::read_all(&self.session, &data, &new, self.features.clone()).await?;
         self.step(move |c| ingest(c, &new, &read, watermark)).await
     }
 
@@ -429,7 +429,7 @@ impl Supervisor {
 fn ingest(
     c: &mut Core,
     new: &[File],
-    read: &[Vec<storage::RawSample>],
+    read: &[Vec<samples::RawSample>],
     watermark: i64,
 ) -> Result<usize> {
     let mut samples: Vec<Ingested<'_>> = Vec::new();
@@ -460,7 +460,7 @@ fn ingest(
             )
             .map_err(e)?;
         for (f, rows) in new.iter().zip(read) {
-            let ts = storage::file_timestamp(f)?;
+            let ts = samples::file_timestamp(f)?;
             top = top.max(ts);
             put_file
                 .execute(params![

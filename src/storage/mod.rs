@@ -5,7 +5,7 @@
 //! One concept per file: [`Location`] (`location.rs`, URIs and local paths),
 //! opening stores (`open.rs`: the registry, building from the environment and
 //! the chain's `storage_option`s), S3 and its credential probing (`s3.rs`),
-//! what a store error means ([`explain`], `explain.rs`), listing
+//! what a store error means ([`explain`], `error_hints.rs`), listing
 //! (`listing.rs`), downloads (`download.rs`) and reads of small local files
 //! in the calling thread (`local_file.rs`).
 //!
@@ -19,7 +19,7 @@
 //! [`FileSource`]: udfchain_udfs::FileSource
 
 mod download;
-mod explain;
+mod error_hints;
 mod listing;
 mod local_file;
 mod local_listing;
@@ -31,7 +31,7 @@ mod s3;
 pub use download::{
     Body, Downloaded, VersionPin, download_bytes, download_first, download_to, stat,
 };
-pub use explain::{explain, explain_at};
+pub use error_hints::{explain, explain_at};
 pub use listing::{ListingExec, StorageTable, file_schema};
 pub use local_file::{
     INLINE_READ_MAX, fs_path as local_fs_path, read_pinned as read_local_pinned, warm_pinned,

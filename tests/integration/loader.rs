@@ -600,7 +600,7 @@ async fn server_stopped_mid_epoch_gives_every_row_once() {
 }
 
 /// A partition whose object is gone (404) fails after one GET of that object:
-/// the loader retries a partition (`ATTEMPTS` in `src/loader/fetch.rs`) only
+/// the loader retries a partition (`ATTEMPTS` in `src/loader/partition.rs`) only
 /// on an error that may heal, and the error says what is missing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_object_fails_the_partition_without_retries() {

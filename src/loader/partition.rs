@@ -39,8 +39,8 @@ use udfchain_udfs::{CallError, File, Mapper, Signature, UdfError, decode_rows};
 
 use crate::Udf;
 
-use super::plan::{partitions, permutation, seed_of, share};
-use super::source::Resolved;
+use super::epoch_plan::{partitions, permutation, seed_of, share};
+use super::parquet_rows::Resolved;
 use super::{EpochPlan, PartitionData};
 use crate::chain::Chain;
 use crate::error::{Error, Result};

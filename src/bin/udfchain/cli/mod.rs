@@ -1,6 +1,6 @@
 //! The `udfchain` command line, compiled into the binary only: the clap
 //! types of every command and their dispatch. One file per command group
-//! (`script` run/query/explain, `storage` ls/du, `datasets`, `export`, `pipeline`,
+//! (`script` run/query/explain, `ls` ls and du, `datasets`, `export`, `pipeline`,
 //! `cluster`, `serve`, `cache`, `ui`); everything written to standard output goes
 //! through `print`. It uses the library's public API (and its
 //! `#[doc(hidden)]` testing module for what only the CLI needs); nothing in
@@ -10,11 +10,11 @@ mod cache;
 mod cluster;
 mod datasets;
 mod export;
+mod ls;
 mod pipeline;
 pub mod print;
 mod script;
 mod serve;
-mod storage;
 mod ui;
 
 use std::path::{Path, PathBuf};
@@ -264,8 +264,8 @@ pub async fn run(cli: Cli) -> udfchain::Result<()> {
             uri,
             non_recursive,
             glob,
-        } => storage::ls(&session, &out, &uri, non_recursive, glob).await,
-        Command::Du { uri } => storage::du(&session, &out, &uri).await,
+        } => ls::ls(&session, &out, &uri, non_recursive, glob).await,
+        Command::Du { uri } => ls::du(&session, &out, &uri).await,
         Command::Datasets { command } => datasets::run(command, session, &settings, &out).await,
         Command::Export(args) => {
             cluster::interruptible(&settings, export::run(args, session, &out)).await
