@@ -19,10 +19,6 @@
 //! cores with the client, the scheduler and any other load. Nothing is
 //! asserted: the harness reports.
 
-#[path = "../tests/integration/support.rs"]
-#[allow(dead_code)]
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -34,7 +30,7 @@ use udfchain::cluster::{Executor, Scheduler, UdfRegistry};
 use udfchain::udfs::UdfError;
 use udfchain::{File, Session, Settings};
 
-use support::S3Server;
+use udfchain_testkit::S3Server;
 
 /// Timed runs per configuration (after one warm-up run).
 const REPEATS: usize = 2;
@@ -191,11 +187,11 @@ async fn bench(quick: bool, out: &Path) {
     // C: CPU-bound, local files.
     let c_files = if quick { 48 } else { 160 };
     let c_dir = dir.path().join("c");
-    support::write_files(&c_dir, c_files, |_| 16 << 10);
+    udfchain_testkit::write_files(&c_dir, c_files, |_| 16 << 10);
     // A: latency-bound, 20 ms per request.
     let a_files = if quick { 120 } else { 400 };
     let server = S3Server::start_shaped(Duration::from_millis(20), None);
-    support::write_files(&server.bucket_dir().join("a"), a_files, |_| 8 << 10);
+    udfchain_testkit::write_files(&server.bucket_dir().join("a"), a_files, |_| 8 << 10);
     let base = Settings::new()
         .parallel(1)
         .root(dir.path().join("root"))

@@ -18,10 +18,6 @@
 //! `udfchain serve` to a local Rust and pyarrow client next to pyarrow's own
 //! Flight server and client, `loader/flight.py`).
 
-#[path = "../tests/integration/support.rs"]
-#[allow(dead_code)]
-mod support;
-
 #[path = "loader/record.rs"]
 mod record;
 
@@ -36,7 +32,7 @@ use udfchain::loader::Loader;
 use udfchain::{File, Session, Settings, col};
 
 use record::{Record, RssSampler, epoch_table, vm_rss, write_json};
-use support::{S3Server, write_files};
+use udfchain_testkit::{S3Server, write_files};
 
 /// Latency the server adds to every request.
 const LATENCY: Duration = Duration::from_millis(20);

@@ -1,6 +1,6 @@
 //! The Python benchmark: udfchain from Python next to DataChain, Daft and
 //! udfchain's Rust API, on the same files of one S3 server on 127.0.0.1 (the
-//! tests' s3s-fs server, 20 ms added per request), in one run:
+//! test kit's s3s-fs server, 20 ms added per request), in one run:
 //!
 //! ```sh
 //! cargo bench --bench python                 # A: 2,000 x 64 KiB, C: 200 files
@@ -35,10 +35,6 @@
 //! udfchain-py / Rust API, C against cores / t_udf, M against its bound and
 //! between peers) on stdout and in `<target>/bench/python.json`.
 
-#[path = "../tests/integration/support.rs"]
-#[allow(dead_code)]
-mod support;
-
 use std::io::BufRead;
 use std::path::{Path as FsPath, PathBuf};
 use std::process::{Command, Stdio};
@@ -49,7 +45,7 @@ use sha2::{Digest, Sha256};
 use udfchain::udfs::UdfError;
 use udfchain::{File, Settings};
 
-use support::{ACCESS_KEY, BUCKET, Latency, S3Server, SECRET_KEY};
+use udfchain_testkit::{ACCESS_KEY, BUCKET, Latency, S3Server, SECRET_KEY};
 
 const LATENCY: Duration = Duration::from_millis(20);
 const A_SIZE: usize = 64 * 1024;

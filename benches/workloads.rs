@@ -1,5 +1,5 @@
-//! End-to-end workloads against a real S3 server on 127.0.0.1 (the s3s-fs server
-//! of the tests, with an added latency per request and a bandwidth cap):
+//! End-to-end workloads against a real S3 server on 127.0.0.1 (the test kit's
+//! s3s-fs server, with an added latency per request and a bandwidth cap):
 //!
 //! ```sh
 //! cargo bench --bench workloads              # full run (~15 minutes)
@@ -23,10 +23,6 @@
 //! asserted: the harness reports. Output: a table on stdout,
 //! `<target>/bench/workloads.json` and `<target>/bench/workloads.svg`.
 
-#[path = "../tests/integration/support.rs"]
-#[allow(dead_code)]
-mod support;
-
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::path::{Path as FsPath, PathBuf};
@@ -43,7 +39,7 @@ use udfchain::datafusion::arrow::array::{Array, UInt64Array};
 use udfchain::udfs::UdfError;
 use udfchain::{Chain, File, Session, Settings, col, file_from_url};
 
-use support::{BUCKET, Latency, S3Server};
+use udfchain_testkit::{BUCKET, Latency, S3Server};
 
 /// The cap on downloads in flight the runs set (`Settings::max_connections`,
 /// default 64): the largest fixed prefetch of the full grid, so `prefetch =
@@ -377,7 +373,7 @@ impl Sampler {
                 loop {
                     rss = rss.max(vm_rss());
                     if let Some(t) = &tmp {
-                        disk = disk.max(support::disk_bytes(t));
+                        disk = disk.max(udfchain_testkit::disk_bytes(t));
                     }
                     if flag.load(Ordering::SeqCst) {
                         return (rss, disk);

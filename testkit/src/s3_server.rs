@@ -1,12 +1,10 @@
-//! Test fixtures: a real S3 server (s3s + s3s-fs, GET served by [`FastGetFs`])
-//! on 127.0.0.1 (optionally with an added latency per request and a bandwidth
-//! cap, counting what it serves; ETags in listings and `If-Match` answered as
-//! S3 does; can be stopped and restarted on the same address), a
-//! request-counting object store wrapper, and deterministic data. Also
-//! compiled into `benches/workloads.rs`.
+//! A real S3 server for tests and benches: s3s + s3s-fs behind hyper on
+//! 127.0.0.1, GET served by [`FastGetFs`], optionally with an added latency per
+//! request ([`Latency`]) and a bandwidth cap shared by all connections, counting
+//! what it serves. ETags in listings and `If-Match` are answered as S3 does; a
+//! server can be stopped and restarted on the same address.
 
 use std::collections::HashMap;
-use std::fmt;
 use std::ops::Range;
 use std::path::{Path as FsPath, PathBuf};
 use std::pin::Pin;
@@ -17,21 +15,17 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use datafusion::arrow::util::pretty::pretty_format_batches;
 use futures::StreamExt;
-use futures::stream::BoxStream;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto::Builder as ConnBuilder;
-use object_store::path::Path;
-use object_store::{
-    CopyOptions, GetOptions, GetResult, GetResultPayload, ListResult, MultipartUpload, ObjectMeta,
-    ObjectStore, PutMultipartOptions, PutOptions, PutPayload, PutResult,
-};
 use tempfile::TempDir;
-use udfchain::{Output, ScriptRunner, Session, Settings};
+use udfchain::{Session, Settings};
 
+/// The access key id the server accepts (with [`SECRET_KEY`]).
 pub const ACCESS_KEY: &str = "udfchain-test";
+/// The secret access key the server accepts (with [`ACCESS_KEY`]).
 pub const SECRET_KEY: &str = "udfchain-test-secret";
+/// The one bucket a server starts with (the directory [`S3Server::bucket_dir`]).
 pub const BUCKET: &str = "bucket";
 
 /// An S3 server on 127.0.0.1 serving `root/<bucket>/...` files as objects.
@@ -39,6 +33,7 @@ pub const BUCKET: &str = "bucket";
 /// are cut) and started again on the same address with the same data
 /// ([`S3Server::restart`]).
 pub struct S3Server {
+    /// `http://127.0.0.1:<port>`, the address an S3 client is given.
     pub endpoint: String,
     root: TempDir,
     addr: std::net::SocketAddr,
@@ -50,13 +45,14 @@ pub struct S3Server {
 
 /// What an [`S3Server`] served, counted in its HTTP service.
 #[derive(Debug, Default)]
-pub struct ServerStats {
+struct ServerStats {
     requests: AtomicUsize,
     object_gets: AtomicUsize,
     body_bytes: AtomicU64,
 }
 
 impl S3Server {
+    /// A server with no added latency and no bandwidth cap.
     pub fn start() -> Self {
         Self::start_shaped(Duration::ZERO, None)
     }
@@ -581,7 +577,7 @@ impl TokenBucket {
 }
 
 /// A response body whose data frames pass through the [`TokenBucket`].
-pub struct ShapedBody {
+struct ShapedBody {
     inner: Pin<Box<s3s::Body>>,
     bucket: Option<Arc<TokenBucket>>,
     stats: Arc<ServerStats>,
@@ -641,458 +637,6 @@ impl http_body::Body for ShapedBody {
     }
 }
 
-/// Deterministic content of test file `i`.
-pub fn content(i: usize, size: usize) -> Vec<u8> {
-    (0..size).map(|j| ((i * 31 + j * 7) % 251) as u8).collect()
-}
-
-/// Writes `n` files `dir/d{i%3}/f{i:04}.bin` of `size(i)` bytes; returns their relative paths.
-pub fn write_files(dir: &FsPath, n: usize, size: impl Fn(usize) -> usize) -> Vec<String> {
-    (0..n)
-        .map(|i| {
-            let rel = format!("d{}/f{i:04}.bin", i % 3);
-            let p = dir.join(&rel);
-            std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
-            std::fs::write(&p, content(i, size(i))).expect("write");
-            rel
-        })
-        .collect()
-}
-
-/// A session that serves the files under `dir` as `memory://<name>/`
-/// through a `LocalFileSystem` rooted at `dir`: files of this disk that the
-/// engine treats as remote (a store's reach is told by the store itself), so
-/// a fixed `prefetch` downloads them to its temp dir as a network object's.
-pub fn remote_view(dir: &FsPath, name: &str) -> Arc<Session> {
-    let store = object_store::local::LocalFileSystem::new_with_prefix(dir).expect("local store");
-    let session = Session::new();
-    session
-        .register_store(&format!("memory://{name}"), Arc::new(store))
-        .expect("register");
-    session
-}
-
-/// Puts the same files into an object store under `prefix`.
-pub async fn put_files(
-    store: &dyn ObjectStore,
-    prefix: &str,
-    n: usize,
-    size: impl Fn(usize) -> usize,
-) -> Vec<String> {
-    let mut out = Vec::new();
-    for i in 0..n {
-        let rel = format!("d{}/f{i:04}.bin", i % 3);
-        let path = if prefix.is_empty() {
-            Path::from(rel.as_str())
-        } else {
-            Path::from(format!("{prefix}/{rel}"))
-        };
-        store
-            .put_opts(
-                &path,
-                PutPayload::from(content(i, size(i))),
-                PutOptions::default(),
-            )
-            .await
-            .expect("put");
-        out.push(rel);
-    }
-    out
-}
-
-/// Wraps a store, counting GET requests, their start times, and how many are in
-/// flight (a GET is in flight until its body is consumed or dropped).
-#[derive(Debug)]
-pub struct CountingStore {
-    inner: Arc<dyn ObjectStore>,
-    gets: AtomicUsize,
-    bytes: Arc<AtomicUsize>,
-    in_flight: Arc<AtomicUsize>,
-    peak: Arc<AtomicUsize>,
-    starts: Mutex<Vec<(Instant, String)>>,
-}
-
-impl CountingStore {
-    pub fn new(inner: Arc<dyn ObjectStore>) -> Arc<Self> {
-        Arc::new(Self {
-            inner,
-            gets: AtomicUsize::new(0),
-            bytes: Arc::new(AtomicUsize::new(0)),
-            in_flight: Arc::new(AtomicUsize::new(0)),
-            peak: Arc::new(AtomicUsize::new(0)),
-            starts: Mutex::new(Vec::new()),
-        })
-    }
-
-    pub fn gets(&self) -> usize {
-        self.gets.load(Ordering::SeqCst)
-    }
-
-    /// Body bytes transferred by GETs.
-    pub fn bytes(&self) -> usize {
-        self.bytes.load(Ordering::SeqCst)
-    }
-
-    pub fn peak_in_flight(&self) -> usize {
-        self.peak.load(Ordering::SeqCst)
-    }
-
-    /// Start times of the GETs of paths containing `needle`.
-    pub fn get_starts(&self, needle: &str) -> Vec<Instant> {
-        self.starts
-            .lock()
-            .expect("lock")
-            .iter()
-            .filter(|(_, p)| p.contains(needle))
-            .map(|(t, _)| *t)
-            .collect()
-    }
-}
-
-impl fmt::Display for CountingStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Counting({})", self.inner)
-    }
-}
-
-struct InFlight(Arc<AtomicUsize>);
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-#[async_trait]
-impl ObjectStore for CountingStore {
-    async fn put_opts(
-        &self,
-        location: &Path,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> object_store::Result<PutResult> {
-        self.inner.put_opts(location, payload, opts).await
-    }
-
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: PutMultipartOptions,
-    ) -> object_store::Result<Box<dyn MultipartUpload>> {
-        self.inner.put_multipart_opts(location, opts).await
-    }
-
-    async fn get_opts(
-        &self,
-        location: &Path,
-        options: GetOptions,
-    ) -> object_store::Result<GetResult> {
-        self.gets.fetch_add(1, Ordering::SeqCst);
-        self.starts
-            .lock()
-            .expect("lock")
-            .push((Instant::now(), location.to_string()));
-        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-        self.peak.fetch_max(now, Ordering::SeqCst);
-        let guard = InFlight(Arc::clone(&self.in_flight));
-        let mut result = self.inner.get_opts(location, options).await?;
-        result.payload = match result.payload {
-            GetResultPayload::Stream(s) => {
-                let bytes = Arc::clone(&self.bytes);
-                let s = s.map(move |chunk| {
-                    let _held = &guard;
-                    if let Ok(c) = &chunk {
-                        bytes.fetch_add(c.len(), Ordering::SeqCst);
-                    }
-                    chunk
-                });
-                GetResultPayload::Stream(s.boxed())
-            }
-            other => other,
-        };
-        Ok(result)
-    }
-
-    async fn get_ranges(
-        &self,
-        location: &Path,
-        ranges: &[Range<u64>],
-    ) -> object_store::Result<Vec<Bytes>> {
-        self.gets.fetch_add(ranges.len(), Ordering::SeqCst);
-        self.inner.get_ranges(location, ranges).await
-    }
-
-    fn delete_stream(
-        &self,
-        locations: BoxStream<'static, object_store::Result<Path>>,
-    ) -> BoxStream<'static, object_store::Result<Path>> {
-        self.inner.delete_stream(locations)
-    }
-
-    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.inner.list(prefix)
-    }
-
-    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
-        self.inner.list_with_delimiter(prefix).await
-    }
-
-    async fn copy_opts(
-        &self,
-        from: &Path,
-        to: &Path,
-        options: CopyOptions,
-    ) -> object_store::Result<()> {
-        self.inner.copy_opts(from, to, options).await
-    }
-}
-
-/// Wraps a store, delaying each GET by `delay(path)` and failing GETs as
-/// `fault(path, attempt)` says (attempt counts the GETs of that path so far).
-pub struct FaultyStore {
-    inner: Arc<dyn ObjectStore>,
-    delay: Box<DelayFn>,
-    fault: Box<FaultFn>,
-    attempts: Mutex<std::collections::HashMap<String, usize>>,
-    /// Listings carry no ETag or version (as some stores' do not).
-    hide_list_etags: bool,
-}
-
-type DelayFn = dyn Fn(&str) -> std::time::Duration + Send + Sync;
-type FaultFn = dyn Fn(&str, usize) -> Fault + Send + Sync;
-
-/// What a GET of a `FaultyStore` does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fault {
-    None,
-    /// The request fails (like a 503).
-    Request,
-    /// The body breaks off after half of it (like a connection reset).
-    MidBody,
-}
-
-impl FaultyStore {
-    pub fn new(
-        inner: Arc<dyn ObjectStore>,
-        delay: impl Fn(&str) -> std::time::Duration + Send + Sync + 'static,
-        fault: impl Fn(&str, usize) -> Fault + Send + Sync + 'static,
-    ) -> Arc<Self> {
-        Arc::new(Self {
-            inner,
-            delay: Box::new(delay),
-            fault: Box::new(fault),
-            attempts: Mutex::new(Default::default()),
-            hide_list_etags: false,
-        })
-    }
-
-    /// Like [`FaultyStore::new`], and its listings carry no ETag or version
-    /// (GET responses still do).
-    pub fn hiding_list_etags(
-        inner: Arc<dyn ObjectStore>,
-        delay: impl Fn(&str) -> std::time::Duration + Send + Sync + 'static,
-        fault: impl Fn(&str, usize) -> Fault + Send + Sync + 'static,
-    ) -> Arc<Self> {
-        let mut store = Arc::into_inner(Self::new(inner, delay, fault)).expect("new store");
-        store.hide_list_etags = true;
-        Arc::new(store)
-    }
-}
-
-fn without_etag(mut meta: ObjectMeta) -> ObjectMeta {
-    meta.e_tag = None;
-    meta.version = None;
-    meta
-}
-
-impl fmt::Debug for FaultyStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "FaultyStore")
-    }
-}
-
-impl fmt::Display for FaultyStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Faulty({})", self.inner)
-    }
-}
-
-fn injected(msg: &str) -> object_store::Error {
-    object_store::Error::Generic {
-        store: "faulty",
-        source: msg.to_string().into(),
-    }
-}
-
-#[async_trait]
-impl ObjectStore for FaultyStore {
-    async fn put_opts(
-        &self,
-        location: &Path,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> object_store::Result<PutResult> {
-        self.inner.put_opts(location, payload, opts).await
-    }
-
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: PutMultipartOptions,
-    ) -> object_store::Result<Box<dyn MultipartUpload>> {
-        self.inner.put_multipart_opts(location, opts).await
-    }
-
-    async fn get_opts(
-        &self,
-        location: &Path,
-        options: GetOptions,
-    ) -> object_store::Result<GetResult> {
-        let key = location.to_string();
-        let attempt = {
-            let mut a = self.attempts.lock().expect("lock");
-            let n = a.entry(key.clone()).or_default();
-            *n += 1;
-            *n - 1
-        };
-        tokio::time::sleep((self.delay)(&key)).await;
-        match (self.fault)(&key, attempt) {
-            Fault::None => self.inner.get_opts(location, options).await,
-            Fault::Request => Err(injected("injected 503 Service Unavailable")),
-            Fault::MidBody => {
-                let mut result = self.inner.get_opts(location, options).await?;
-                let body = match result.payload {
-                    GetResultPayload::Stream(s) => {
-                        let chunks: Vec<Bytes> = s.map(|c| c.expect("inner body")).collect().await;
-                        chunks.concat()
-                    }
-                    other => panic!("unexpected payload {other:?}"),
-                };
-                let half = Bytes::from(body[..body.len() / 2].to_vec());
-                let parts = vec![Ok(half), Err(injected("injected connection reset"))];
-                result.payload = GetResultPayload::Stream(futures::stream::iter(parts).boxed());
-                Ok(result)
-            }
-        }
-    }
-
-    fn delete_stream(
-        &self,
-        locations: BoxStream<'static, object_store::Result<Path>>,
-    ) -> BoxStream<'static, object_store::Result<Path>> {
-        self.inner.delete_stream(locations)
-    }
-
-    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        let hide = self.hide_list_etags;
-        self.inner
-            .list(prefix)
-            .map(move |m| if hide { m.map(without_etag) } else { m })
-            .boxed()
-    }
-
-    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
-        let mut result = self.inner.list_with_delimiter(prefix).await?;
-        if self.hide_list_etags {
-            result.objects = result.objects.into_iter().map(without_etag).collect();
-        }
-        Ok(result)
-    }
-
-    async fn copy_opts(
-        &self,
-        from: &Path,
-        to: &Path,
-        options: CopyOptions,
-    ) -> object_store::Result<()> {
-        self.inner.copy_opts(from, to, options).await
-    }
-}
-
-/// `prefetch-*` temp dirs under `root/tmp`.
-pub fn prefetch_dirs(root: &FsPath) -> Vec<PathBuf> {
-    std::fs::read_dir(root.join("tmp"))
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.path())
-                .filter(|p| {
-                    p.file_name()
-                        .is_some_and(|n| n.to_string_lossy().starts_with("prefetch-"))
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// Waits up to 2 s for `root` to have no prefetch dirs (aborted tasks drop their
-/// handles on the runtime, a moment after the stream is dropped).
-pub async fn no_prefetch_dirs_soon(root: &FsPath) -> Vec<PathBuf> {
-    let deadline = Instant::now() + std::time::Duration::from_secs(2);
-    loop {
-        let dirs = prefetch_dirs(root);
-        if dirs.is_empty() || Instant::now() > deadline {
-            return dirs;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-}
-
-/// Total bytes of files below `dir`.
-pub fn disk_bytes(dir: &FsPath) -> u64 {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
-    };
-    entries
-        .flatten()
-        .map(|e| match e.file_type() {
-            Ok(t) if t.is_dir() => disk_bytes(&e.path()),
-            Ok(_) => e.metadata().map(|m| m.len()).unwrap_or(0),
-            Err(_) => 0,
-        })
-        .sum()
-}
-
-/// A script runner with default settings under the root dir `root`.
-pub fn runner(root: &FsPath) -> ScriptRunner {
-    ScriptRunner::new(Session::with_settings(Settings::new().root(root)))
-}
-
-/// Runs `script` and returns its last table, pretty-printed.
-pub async fn last_table(r: &ScriptRunner, script: &str) -> String {
-    let outputs = r.run(script).await.unwrap_or_else(|e| panic!("{e}"));
-    let batches = outputs
-        .into_iter()
-        .rev()
-        .find_map(|o| match o {
-            Output::Table(b) => Some(b),
-            Output::Message(_) => None,
-        })
-        .expect("a table");
-    pretty_format_batches(&batches).expect("format").to_string()
-}
-
-/// Asserts a pretty-printed table equals `want` (both trimmed).
-pub fn golden(got: &str, want: &str) {
-    let want = want.trim();
-    assert_eq!(
-        got.trim(),
-        want,
-        "\n--- got ---\n{got}\n--- want ---\n{want}\n"
-    );
-}
-
-/// The stdout of a CLI run that must have succeeded.
-pub fn stdout_ok(out: &std::process::Output) -> String {
-    assert!(
-        out.status.success(),
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// How long the test server waits before handling each request.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Latency {
@@ -1102,10 +646,15 @@ pub enum Latency {
     /// 99th percentile, plus a stall of `stall` for one request in `stall_every`
     /// (drawn independently). Seeded: one seed gives one sequence of delays.
     Tail {
+        /// The median delay.
         median: Duration,
+        /// The 99th percentile of the lognormal delay.
         p99: Duration,
+        /// The delay of a stalled request.
         stall: Duration,
+        /// One request in this many stalls (0: none).
         stall_every: u32,
+        /// The seed of the draws.
         seed: u64,
     },
 }
@@ -1184,25 +733,30 @@ impl LatencySampler {
     }
 }
 
-#[test]
-fn the_tail_latency_model_has_its_median_p99_and_stalls() {
-    let sampler = LatencySampler::new(Latency::object_store_tail(7));
-    let mut draws: Vec<Duration> = (0..100_000).map(|_| sampler.next()).collect();
-    let stalls = draws
-        .iter()
-        .filter(|d| **d == Duration::from_secs(1))
-        .count();
-    draws.sort();
-    let at = |q: f64| draws[(q * draws.len() as f64) as usize].as_secs_f64() * 1e3;
-    // A stall is 1 in 500: 200 of 100,000, within sampling noise.
-    assert!((120..=280).contains(&stalls), "{stalls} stalls");
-    assert!((18.0..22.0).contains(&at(0.5)), "p50 {} ms", at(0.5));
-    // The stalls sit above p99 and push it up a little.
-    assert!((135.0..190.0).contains(&at(0.99)), "p99 {} ms", at(0.99));
-    // One seed, one sequence.
-    let (a, b) = (
-        LatencySampler::new(Latency::object_store_tail(7)),
-        LatencySampler::new(Latency::object_store_tail(7)),
-    );
-    assert!((0..100).all(|_| a.next() == b.next()));
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tail_latency_model_has_its_median_p99_and_stalls() {
+        let sampler = LatencySampler::new(Latency::object_store_tail(7));
+        let mut draws: Vec<Duration> = (0..100_000).map(|_| sampler.next()).collect();
+        let stalls = draws
+            .iter()
+            .filter(|d| **d == Duration::from_secs(1))
+            .count();
+        draws.sort();
+        let at = |q: f64| draws[(q * draws.len() as f64) as usize].as_secs_f64() * 1e3;
+        // A stall is 1 in 500: 200 of 100,000, within sampling noise.
+        assert!((120..=280).contains(&stalls), "{stalls} stalls");
+        assert!((18.0..22.0).contains(&at(0.5)), "p50 {} ms", at(0.5));
+        // The stalls sit above p99 and push it up a little.
+        assert!((135.0..190.0).contains(&at(0.99)), "p99 {} ms", at(0.99));
+        // One seed, one sequence.
+        let (a, b) = (
+            LatencySampler::new(Latency::object_store_tail(7)),
+            LatencySampler::new(Latency::object_store_tail(7)),
+        );
+        assert!((0..100).all(|_| a.next() == b.next()));
+    }
 }

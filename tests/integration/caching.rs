@@ -10,7 +10,7 @@ use udfchain::SharedCache;
 use udfchain::udfs::builtins::tar_members;
 use udfchain::{File, Session, Settings, col};
 
-use crate::support::{CountingStore, put_files};
+use udfchain_testkit::{CountingStore, put_files};
 
 async fn counted(name: &str, n: usize, size: usize) -> (Arc<Session>, Arc<CountingStore>) {
     let inner = Arc::new(InMemory::new());
@@ -89,7 +89,7 @@ async fn cache_true_rerun_does_no_gets_and_cache_false_reads_through() {
 }
 
 fn udfchain_tmp_is_empty(root: &std::path::Path) -> bool {
-    crate::support::prefetch_dirs(root).is_empty()
+    udfchain_testkit::prefetch_dirs(root).is_empty()
 }
 
 /// Without a prefetch in front of the UDF, `cache = true` still caches: the
@@ -213,7 +213,7 @@ async fn tar_run(cache: bool) -> (usize, usize) {
             format!("memory://tar/shards/s0.tar#{name}")
         );
     }
-    assert!(crate::support::prefetch_dirs(root.path()).is_empty());
+    assert!(udfchain_testkit::prefetch_dirs(root.path()).is_empty());
     (store.gets(), rows.len())
 }
 

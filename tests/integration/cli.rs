@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use crate::support::stdout_ok as ok;
+use udfchain_testkit::stdout_ok as ok;
 
 fn udfchain(root: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_udfchain"))

@@ -28,7 +28,7 @@ use udfchain::cluster::UdfRegistry;
 use udfchain::udfs::UdfError;
 use udfchain::{Chain, File, Session, Settings, col, lit};
 
-use crate::support::{S3Server, prefetch_dirs, write_files};
+use udfchain_testkit::{S3Server, prefetch_dirs, write_files};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct Meta {
@@ -933,7 +933,7 @@ async fn a_cluster_runs_operator_metrics_reach_the_client() {
     }
     // SQL: `EXPLAIN ANALYZE` prints each stage's executed plan with its metrics.
     let runner = udfchain::ScriptRunner::new(cluster);
-    let text = crate::support::last_table(
+    let text = udfchain_testkit::last_table(
         &runner,
         "EXPLAIN ANALYZE SELECT sha256(file) AS h FROM read_storage('s3://bucket/data/')",
     )
@@ -977,8 +977,8 @@ async fn interrupt_a_cluster_run(cluster_in_script: bool) {
     for kv in [
         format!("storage.endpoint={}", server.endpoint),
         "storage.allow_http=true".into(),
-        format!("storage.access_key_id={}", crate::support::ACCESS_KEY),
-        format!("storage.secret_access_key={}", crate::support::SECRET_KEY),
+        format!("storage.access_key_id={}", udfchain_testkit::ACCESS_KEY),
+        format!("storage.secret_access_key={}", udfchain_testkit::SECRET_KEY),
         "storage.region=us-east-1".into(),
         "storage.virtual_hosted_style_request=false".into(),
         "workers=1".into(),

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use udfchain::{Catalog, Chain, Error, File, Session, Settings, col};
 
-use crate::support::write_files;
+use udfchain_testkit::write_files;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct Item {

@@ -11,7 +11,7 @@ use datafusion::arrow::util::pretty::pretty_format_batches;
 use udfchain::udfs::File;
 use udfchain::{Chain, Output, ScriptRunner, Session, col};
 
-use crate::support::{Fault, FaultyStore, S3Server, content, write_files};
+use udfchain_testkit::{Fault, FaultyStore, S3Server, content, write_files};
 
 /// Files in the first version. 10,000 passes with the same counts (200
 /// calls, 200 GETs) but two full runs of 10,000 GETs each take ~45 s apiece
@@ -154,7 +154,8 @@ async fn create_dataset_over_read_storage_with_delta_saves_only_the_changes() {
         "saved dataset h version 2 (300 rows)"
     );
     assert_eq!(s3.object_gets() - gets, 2, "the changed and the added file");
-    let got = crate::support::last_table(&r, "SELECT file.path AS p FROM read_dataset('h')").await;
+    let got =
+        udfchain_testkit::last_table(&r, "SELECT file.path AS p FROM read_dataset('h')").await;
     let paths: Vec<&str> = got
         .lines()
         .filter(|l| l.starts_with("| d"))
@@ -277,9 +278,9 @@ fn listing_without_etags(s3: &S3Server) -> Arc<dyn object_store::ObjectStore> {
         object_store::aws::AmazonS3Builder::new()
             .with_endpoint(&s3.endpoint)
             .with_allow_http(true)
-            .with_bucket_name(crate::support::BUCKET)
-            .with_access_key_id(crate::support::ACCESS_KEY)
-            .with_secret_access_key(crate::support::SECRET_KEY)
+            .with_bucket_name(udfchain_testkit::BUCKET)
+            .with_access_key_id(udfchain_testkit::ACCESS_KEY)
+            .with_secret_access_key(udfchain_testkit::SECRET_KEY)
             .with_region("us-east-1")
             .with_virtual_hosted_style_request(false)
             .build()

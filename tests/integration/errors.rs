@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use udfchain::{Chain, Error, File, Session, Settings, col, lit};
 
-use crate::support::write_files;
+use udfchain_testkit::write_files;
 
 fn data() -> (tempfile::TempDir, String) {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -216,7 +216,7 @@ async fn planning_errors_are_clear() {
 /// report without retrying a 404; `fail` stops with an error naming its URL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_object_deleted_after_listing_is_skipped_or_named() {
-    let s3 = crate::support::S3Server::start();
+    let s3 = udfchain_testkit::S3Server::start();
     let bucket = s3.bucket_dir();
     write_files(&bucket, 6, |i| 100 + i);
     let chain = |policy: udfchain::OnError| {

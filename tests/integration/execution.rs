@@ -11,7 +11,7 @@ use object_store::path::Path;
 use udfchain::udfs::UdfError;
 use udfchain::{File, OnError, Session, Settings};
 
-use crate::support::{CountingStore, put_files};
+use udfchain_testkit::{CountingStore, put_files};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_the_stream_stops_the_reads() {

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use sha2::Digest;
 use udfchain::{LinkType, Placement, Session, Settings};
 
-use crate::support::{ACCESS_KEY, S3Server, SECRET_KEY, content, write_files};
+use udfchain_testkit::{ACCESS_KEY, S3Server, SECRET_KEY, content, write_files};
 
 /// Every regular file below `dir`: relative path -> bytes (temp names too).
 fn tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {

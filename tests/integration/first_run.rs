@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use udfchain::{Chain, File, Settings, col};
 
-use crate::support::{ACCESS_KEY, S3Server, SECRET_KEY, stdout_ok, write_files};
+use udfchain_testkit::{ACCESS_KEY, S3Server, SECRET_KEY, stdout_ok, write_files};
 
 /// The binary with no AWS environment, the metadata endpoint on loopback
 /// (refused at once), run in `cwd`.

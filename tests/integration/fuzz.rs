@@ -14,7 +14,7 @@ use udfchain::pipeline::PipelineConfig;
 use udfchain::serve::{FlightRequest, TicketKey};
 use udfchain::{Catalog, Session, Settings};
 
-use crate::support::runner;
+use udfchain_testkit::runner;
 
 fn config(cases: u32) -> ProptestConfig {
     ProptestConfig {

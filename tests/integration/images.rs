@@ -9,7 +9,7 @@ use udfchain::udfs::builtins::image::{
 };
 use udfchain::{Output, Session, Settings, col};
 
-use crate::support::runner;
+use udfchain_testkit::runner;
 
 /// A `w` x `h` RGB test image with gradients and texture.
 fn picture(w: u32, h: u32, seed: u32) -> Image {

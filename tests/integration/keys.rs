@@ -18,7 +18,7 @@ use sha2::{Digest, Sha256};
 use tokio::io::AsyncReadExt;
 use udfchain::{File, Output, ScriptRunner, Session, Settings};
 
-use crate::support::{S3Server, content};
+use udfchain_testkit::{S3Server, content};
 
 /// File names holding every character that URL or path encoding treats
 /// specially (no name ends in `#<digits>`: the local store hides such files as

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use udfchain::{Catalog, Chain, JoinType, LineageEntry, Session, Settings};
 
-use crate::support::{S3Server, SECRET_KEY, runner, stdout_ok, write_files};
+use udfchain_testkit::{S3Server, SECRET_KEY, runner, stdout_ok, write_files};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct Item {

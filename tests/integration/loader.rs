@@ -20,7 +20,7 @@ use tempfile::TempDir;
 use udfchain::loader::Loader;
 use udfchain::{Chain, Error, File, Session, Settings, col};
 
-use crate::support::{CountingStore, Fault, FaultyStore, S3Server, content, write_files};
+use udfchain_testkit::{CountingStore, Fault, FaultyStore, S3Server, content, write_files};
 
 #[derive(Serialize, Deserialize)]
 struct Row {

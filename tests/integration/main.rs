@@ -1,8 +1,5 @@
 //! The one integration test binary (every extra binary links DataFusion again).
 
-#[allow(dead_code)] // shared with the benchmarks, which use more of it
-mod support;
-
 mod caching;
 mod cli;
 mod cluster;

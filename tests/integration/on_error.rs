@@ -20,7 +20,7 @@ use tempfile::TempDir;
 use udfchain::udfs::{BatchMapper, BoxError, CallError, Signature, decode_rows, encode_column};
 use udfchain::{Chain, Error, File, OnError, RunReport, Session, Settings, Udf, col};
 
-use crate::support::{CountingStore, S3Server, content, no_prefetch_dirs_soon};
+use udfchain_testkit::{CountingStore, S3Server, content, no_prefetch_dirs_soon};
 
 const PREFIX: &str = "onerr";
 

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use udfchain::pipeline::{Pipeline, PipelineConfig, StopHandle, TriggerRecord};
 use udfchain::{File, Session, Settings, col};
 
-use crate::support::stdout_ok as ok;
+use udfchain_testkit::stdout_ok as ok;
 
 /// A base time (seconds since the epoch) for the generated files.
 const T0: i64 = 1_700_000_000;
@@ -938,7 +938,7 @@ fn kill_9_and_rerun_repeat_and_lose_no_trigger() {
 /// shift (KS 1/3) does not, a large one (KS 1) does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s3_csv_with_column_timestamps_and_a_drift_trigger() {
-    let s3 = crate::support::S3Server::start();
+    let s3 = udfchain_testkit::S3Server::start();
     let root = tempfile::tempdir().expect("root");
     let dir = s3.bucket_dir().join("p");
     // (feature, timestamp) per row; the label is the file's number.

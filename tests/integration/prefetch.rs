@@ -13,7 +13,7 @@ use object_store::{ObjectStore, PutPayload};
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use udfchain::{Chain, File, OnError, RunReport, Session, Settings, col};
 
-use crate::support::{
+use udfchain_testkit::{
     CountingStore, Fault, FaultyStore, content, disk_bytes, no_prefetch_dirs_soon, prefetch_dirs,
     put_files, remote_view, write_files,
 };

@@ -8,7 +8,7 @@ use std::process::{Command, Output, Stdio};
 
 use udfchain::{File, Progress, Session, Settings};
 
-use crate::support::write_files;
+use udfchain_testkit::write_files;
 
 /// Runs `udfchain --root ROOT ARGS` inside a pseudo-terminal (`script -qfc`),
 /// returning everything the terminal showed. `CI` is removed unless `ci`.

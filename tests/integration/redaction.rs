@@ -9,7 +9,7 @@ use std::process::{Command, Output};
 
 use udfchain::{Chain, File};
 
-use crate::support::{ACCESS_KEY, BUCKET, S3Server, SECRET_KEY};
+use udfchain_testkit::{ACCESS_KEY, BUCKET, S3Server, SECRET_KEY};
 
 /// Runs the CLI with no AWS environment but `env`, and the metadata endpoint on loopback.
 fn udfchain(root: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {

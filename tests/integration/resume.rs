@@ -15,7 +15,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use udfchain::{Chain, File, Settings, col};
 
-use crate::support::{S3Server, stdout_ok};
+use udfchain_testkit::{S3Server, stdout_ok};
 
 /// Rows per chunk a memo writes (`plan::memo::CHUNK_ROWS`).
 const CHUNK_ROWS: usize = 512;
@@ -71,8 +71,8 @@ fn cli(server: &S3Server, root: &Path, extra: &[&str]) -> Command {
     for (k, v) in [
         ("endpoint", server.endpoint.as_str()),
         ("allow_http", "true"),
-        ("access_key_id", crate::support::ACCESS_KEY),
-        ("secret_access_key", crate::support::SECRET_KEY),
+        ("access_key_id", udfchain_testkit::ACCESS_KEY),
+        ("secret_access_key", udfchain_testkit::SECRET_KEY),
         ("region", "us-east-1"),
         ("virtual_hosted_style_request", "false"),
     ] {
@@ -364,7 +364,7 @@ async fn datasets_gc_removes_the_checkpoint_of_a_failed_save_and_sql_can_turn_th
     let data = numbered_files(1600);
     let dir = data.path().to_str().expect("utf8");
     // A save that fails under `SET checkpoints = false` keeps nothing.
-    let runner = crate::support::runner(root.path());
+    let runner = udfchain_testkit::runner(root.path());
     runner
         .run(&format!(
             "SET checkpoints = false; CREATE DATASET t AS \

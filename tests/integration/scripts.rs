@@ -3,7 +3,7 @@
 
 use udfchain::{Error, Output, ScriptRunner, Session};
 
-use crate::support::{S3Server, golden, last_table, runner};
+use udfchain_testkit::{S3Server, golden, last_table, runner};
 
 fn data_dir() -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -31,7 +31,7 @@ use tokio::task::JoinHandle;
 use udfchain::serve::{FLIGHT_DATA_SIZE, FlightServer, ReadAheadStats};
 use udfchain::{Chain, File, Session, Settings};
 
-use crate::support::{S3Server, content, write_files};
+use udfchain_testkit::{S3Server, content, write_files};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Row {

@@ -607,15 +607,15 @@ async fn handles_on_one_dir_share_one_instance() {
     assert_eq!(ra.0.path(), rb.0.path());
 }
 
-/// A store of `n` files of `size` bytes (`support::content`), counting GETs.
-async fn counted_store(n: usize, size: usize) -> Arc<crate::support::CountingStore> {
+/// A store of `n` files of `size` bytes (`udfchain_testkit::content`), counting GETs.
+async fn counted_store(n: usize, size: usize) -> Arc<udfchain_testkit::CountingStore> {
     let inner = Arc::new(object_store::memory::InMemory::new());
-    crate::support::put_files(inner.as_ref(), "", n, |_| size).await;
-    crate::support::CountingStore::new(inner)
+    udfchain_testkit::put_files(inner.as_ref(), "", n, |_| size).await;
+    udfchain_testkit::CountingStore::new(inner)
 }
 
 /// Runs a map UDF over `uri` that checks every file's bytes against
-/// `support::content` (by the number in its name); returns the rows.
+/// `udfchain_testkit::content` (by the number in its name); returns the rows.
 async fn checked_run(
     session: &Arc<udfchain::Session>,
     uri: &str,
@@ -633,7 +633,7 @@ async fn checked_run(
                 .parse()
                 .expect("file number");
             Ok::<_, udfchain::udfs::UdfError>(
-                bytes.as_ref() == crate::support::content(i, bytes.len()).as_slice()
+                bytes.as_ref() == udfchain_testkit::content(i, bytes.len()).as_slice()
                     && bytes.len() as u64 == f.size,
             )
         })
@@ -835,7 +835,7 @@ async fn child_pin_holder() {
 
 /// An S3 client of the loopback test server.
 fn s3_store(endpoint: &str) -> Arc<dyn object_store::ObjectStore> {
-    use crate::support::{ACCESS_KEY, BUCKET, SECRET_KEY};
+    use udfchain_testkit::{ACCESS_KEY, BUCKET, SECRET_KEY};
     Arc::new(
         object_store::aws::AmazonS3Builder::new()
             .with_endpoint(endpoint)
@@ -894,7 +894,7 @@ fn big_file() -> File {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_writer_killed_mid_download_leaves_no_entry() {
     // 1 MiB/s: the 2 MiB download takes about two seconds.
-    let server = crate::support::S3Server::start_shaped(Duration::ZERO, Some(1 << 20));
+    let server = udfchain_testkit::S3Server::start_shaped(Duration::ZERO, Some(1 << 20));
     let object = server.bucket_dir().join(BIG_PATH);
     std::fs::create_dir_all(object.parent().expect("parent")).expect("mkdir");
     let want = random_bytes(42, BIG_SIZE);
@@ -1084,7 +1084,7 @@ async fn run_stress(dir: &Path, store: &str, limit: Option<u64>) -> Vec<StressRe
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_processes_stress_one_cache_dir() {
     let setup = Instant::now();
-    let server = crate::support::S3Server::start();
+    let server = udfchain_testkit::S3Server::start();
     let bucket = server.bucket_dir();
     std::fs::create_dir_all(bucket.join("stress")).expect("mkdir");
     let mut total = 0u64;
@@ -1283,7 +1283,7 @@ async fn a_local_copy_gone_before_the_read_is_read_from_the_store() {
         size: 3000,
         ..Default::default()
     };
-    let want = crate::support::content(0, 3000);
+    let want = udfchain_testkit::content(0, 3000);
     assert_eq!(
         source.read(&f).await.expect("read").as_ref(),
         want.as_slice()

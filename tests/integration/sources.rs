@@ -6,7 +6,7 @@ use object_store::memory::InMemory;
 use serde::{Deserialize, Serialize};
 use udfchain::{Chain, File, Session, Settings, col, lit};
 
-use crate::support::{S3Server, content, put_files, write_files};
+use udfchain_testkit::{S3Server, content, put_files, write_files};
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 struct Row {

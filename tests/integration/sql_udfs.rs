@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use udfchain::{ScriptRunner, Session};
 
-use crate::support::{S3Server, golden, last_table, runner};
+use udfchain_testkit::{S3Server, golden, last_table, runner};
 
 /// a.txt: 2 lines, 12 bytes; b.txt: 1 line, 1 byte; c.txt: 2 lines, 8 bytes.
 fn data_dir() -> tempfile::TempDir {

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use tokio::io::AsyncReadExt;
 use udfchain::{File, OnError, Session, Settings, col};
 
-use crate::support::{
+use udfchain_testkit::{
     ACCESS_KEY, Fault, FaultyStore, S3Server, SECRET_KEY, content, put_files, write_files,
 };
 
@@ -209,7 +209,7 @@ async fn resumed_download_case(hide_list_etags: bool) {
         object_store::aws::AmazonS3Builder::new()
             .with_endpoint(&s3.endpoint)
             .with_allow_http(true)
-            .with_bucket_name(crate::support::BUCKET)
+            .with_bucket_name(udfchain_testkit::BUCKET)
             .with_access_key_id(ACCESS_KEY)
             .with_secret_access_key(SECRET_KEY)
             .with_region("us-east-1")

@@ -10,7 +10,7 @@ use udfchain::Output;
 use udfchain::datafusion::arrow::array::RecordBatch;
 use udfchain::udfs::decode_column;
 
-use crate::support::runner;
+use udfchain_testkit::runner;
 
 /// Writes a shard at argv[1] and prints what Python reads from it as JSON:
 /// `writer`, `members` (tarfile's regular members, in order) and `samples`

@@ -8,7 +8,7 @@ use futures::stream;
 use serde::{Deserialize, Serialize};
 use udfchain::{Chain, File, Session, Settings, col};
 
-use crate::support::write_files;
+use udfchain_testkit::write_files;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct Meta {

@@ -14,7 +14,7 @@ use udfchain::udfs::builtins::image::{DecodeOptions, Format, Image, Mode, decode
 use udfchain::ui::UiServer;
 use udfchain::{Session, Settings};
 
-use crate::support::runner;
+use udfchain_testkit::runner;
 
 /// Images of the fixture: 56 good ones, one truncated JPEG, one PNG whose
 /// header claims 30000 x 30000 pixels (a decompression bomb).

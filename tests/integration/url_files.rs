@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use udfchain::{Chain, File, OnError, ScriptRunner, Settings, col, file_from_url};
 
-use crate::support::{BUCKET, S3Server, content};
+use udfchain_testkit::{BUCKET, S3Server, content};
 
 /// A plain HTTP server on 127.0.0.1 serving the files of `dir` by GET (404
 /// for a missing one), each with an ETag of its length and mtime and

@@ -538,7 +538,7 @@ async fn sum_avg_min_max_equal_the_values_computed_in_rust() {
     assert!(none.max("n").await.expect("empty max").is_null());
     // A struct field by its dotted name.
     let dir = tempfile::tempdir().expect("dir");
-    let sizes = crate::support::write_files(dir.path(), 5, |i| 10 * (i + 1));
+    let sizes = udfchain_testkit::write_files(dir.path(), 5, |i| 10 * (i + 1));
     assert_eq!(sizes.len(), 5);
     let total = Chain::from_storage(dir.path().to_str().expect("utf8"))
         .sum("file.size")
