@@ -1,6 +1,5 @@
 //! The one integration test binary (every extra binary links DataFusion again).
 
-mod caching;
 mod cli;
 mod cluster;
 mod datasets;

@@ -17,6 +17,8 @@ use futures::future::join_all;
 use udfchain::{CacheUsage, SharedCache};
 use udfchain::{Error, File};
 
+mod temp_cache;
+
 fn file(i: usize, size: u64) -> File {
     File {
         source: "memory:///cache-test".into(),
