@@ -1,0 +1,139 @@
+//! The CLI server (port, exit 0 on SIGTERM) and the Python client over pyarrow.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{client, info, items, read_epoch, spawn_cli, ticket};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_serves_and_exits_zero_on_sigterm() {
+    let (root, _session) = items(100, 4).await;
+    let (mut child, addr) = spawn_cli(root.path());
+    let mut c = client(addr).await;
+    let all = read_epoch(&mut c, r#"{"dataset": "items", "partition_rows": 30}"#).await;
+    assert_eq!(all, (0..100).collect::<Vec<i64>>());
+    // A stream left open must not keep the server from stopping.
+    let fi = info(&mut c, r#"{"dataset": "items"}"#).await.expect("info");
+    let _open = c.do_get(ticket(&fi, 0)).await.expect("do_get");
+
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill -TERM");
+    assert!(killed.success());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("udfchain serve did not exit after SIGTERM");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(status.success(), "exit status {status:?}");
+}
+
+/// A Python with pyarrow: `UDFCHAIN_PYTHON`, the venv `.ci/run` makes, or
+/// `python3`; failing those, that venv is made here from `python3` (pyarrow from
+/// PyPI). `Err` says why there is none — the test skips only then.
+fn python_with_pyarrow() -> Result<String, String> {
+    let has_pyarrow = |py: &str| {
+        Command::new(py)
+            .args(["-c", "import pyarrow.flight"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    let venv = std::env::var("HOME")
+        .map(|h| format!("{h}/.cache/udfchain-venv"))
+        .map_err(|_| "HOME is not set".to_string())?;
+    let venv_python = format!("{venv}/bin/python");
+    let found = std::env::var("UDFCHAIN_PYTHON")
+        .ok()
+        .into_iter()
+        .chain([venv_python.clone(), "python3".to_string()])
+        .find(|py| has_pyarrow(py));
+    if let Some(py) = found {
+        return Ok(py);
+    }
+    let run = |program: &str, args: &[&str]| {
+        Command::new(program)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !run("python3", &["--version"]) {
+        return Err("no python3 on PATH".into());
+    }
+    let pip = format!("{venv}/bin/pip");
+    if !(run("python3", &["-m", "venv", &venv]) && run(&pip, &["install", "-q", "pyarrow"])) {
+        return Err(format!(
+            "could not make {venv} with pyarrow (python3 -m venv; pip install pyarrow)"
+        ));
+    }
+    if has_pyarrow(&venv_python) {
+        Ok(venv_python)
+    } else {
+        Err(format!("{venv_python} cannot import pyarrow.flight"))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_client_reads_exactly_the_datasets_rows() {
+    let python = match python_with_pyarrow() {
+        Ok(python) => python,
+        Err(why) => {
+            println!("SKIPPED python_client_reads_exactly_the_datasets_rows: {why}");
+            return;
+        }
+    };
+    let (root, _session) = items(1000, 16).await;
+    let (mut child, addr) = spawn_cli(root.path());
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/python/loader.py");
+    let run = |json: &str| {
+        let out = Command::new(&python)
+            .args([
+                script,
+                &format!("grpc://{addr}"),
+                json,
+                "--prefetch",
+                "2",
+                "--column",
+                "id",
+            ])
+            .output()
+            .expect("run loader.py");
+        assert!(
+            out.status.success(),
+            "loader.py failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let summary: serde_json::Value =
+            serde_json::from_slice(&out.stdout).expect("loader.py prints JSON");
+        summary
+    };
+    let s = run(r#"{"dataset": "items", "partition_rows": 64}"#);
+    assert_eq!(s["rows"], 1000);
+    assert_eq!(s["partitions"], 16);
+    assert_eq!(s["checksum"], (0..1000).sum::<i64>());
+    let values: Vec<i64> = serde_json::from_value(s["values"].clone()).expect("values");
+    assert_eq!(values, (0..1000).collect::<Vec<i64>>(), "dataset order");
+
+    // Two workers of a shuffled epoch: every row once between them.
+    let mut both = Vec::new();
+    for worker in 0..2 {
+        let s = run(&format!(
+            r#"{{"dataset": "items", "partition_rows": 64, "shuffle": true, "seed": 1, "worker": {worker}, "num_workers": 2}}"#
+        ));
+        both.extend(serde_json::from_value::<Vec<i64>>(s["values"].clone()).expect("values"));
+    }
+    both.sort_unstable();
+    assert_eq!(both, (0..1000).collect::<Vec<i64>>());
+    let _ = child.kill();
+    let _ = child.wait();
+}
