@@ -21,9 +21,11 @@
 //! - the crate root: the builder ([`Chain`], [`ChainBuilder`], [`col`],
 //!   [`lit`], [`JoinType`]), its settings ([`Settings`], [`OnError`],
 //!   [`Prefetch`]), the context chains run in ([`Session`]), running and
-//!   reporting ([`RunReport`], [`OperatorReport`], [`Progress`]), scripts
-//!   ([`ScriptRunner`], [`Output`]), the dataset catalog ([`Catalog`], [`LineageEntry`],
-//!   [`DatasetInfo`]), the shared cache ([`SharedCache`], [`CacheUsage`]:
+//!   reporting ([`RunReport`], [`OperatorReport`], [`Progress`],
+//!   [`UdfProgress`]), scripts ([`ScriptRunner`], [`Output`]), the dataset
+//!   catalog ([`Catalog`], [`LineageEntry`], [`DatasetInfo`], [`Staging`]: a
+//!   version's files before its commit), the shared cache ([`SharedCache`],
+//!   [`PinnedEntry`], [`CacheUsage`]:
 //!   what `udfchain cache du|prune|clear` do, for Rust users who manage a
 //!   cache dir themselves), the UDF contract's [`File`], [`FileReader`] and
 //!   [`FileSource`], and [`Error`] / [`Result`];
@@ -31,6 +33,9 @@
 //!   loader), [`serve`] (Arrow Flight), [`pipeline`] (triggers, selection,
 //!   training sets), [`cluster`] (Ballista), [`ui`] (the dataset browser);
 //! - [`udfs`], the UDF contract crate (`udfchain-udfs`), and [`datafusion`].
+//!
+//! `#![warn(unnameable_types)]` holds this to account: a type a public
+//! signature hands out has a path to name it.
 //!
 //! Everything else (`runtime`, `util`, `cache`, `plan`, `storage`, `session`,
 //! `settings`, `progress`, `script`, `chain`, `dataset`, `error`) is
@@ -53,6 +58,7 @@
 //! the library.
 
 #![warn(missing_docs)]
+#![warn(unnameable_types)]
 
 pub(crate) mod cache;
 pub(crate) mod chain;
@@ -74,17 +80,17 @@ pub mod testing;
 pub mod ui;
 pub(crate) mod util;
 
-pub use cache::{CacheUsage, SharedCache};
+pub use cache::{CacheUsage, PinnedEntry, SharedCache};
 pub use chain::{
     Chain, ChainBuilder, Diff, ExportSummary, LinkType, Placement, col, file_from_url,
 };
 pub use datafusion::common::JoinType;
 pub use datafusion::prelude::lit;
 pub use dataset::checkpoints::RemovedCheckpoint;
-pub use dataset::{Catalog, DatasetInfo, LineageEntry};
+pub use dataset::{Catalog, DatasetInfo, LineageEntry, Staging};
 pub use error::{Error, Result};
 pub use plan::{OperatorReport, RunReport, Udf};
-pub use progress::Progress;
+pub use progress::{Progress, UdfProgress};
 pub use script::{Output, ScriptRunner};
 pub use session::Session;
 pub use settings::{OnError, Prefetch, Settings};

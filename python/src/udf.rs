@@ -28,9 +28,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString};
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
+use udfchain::udfs::engine::current_source;
 use udfchain::udfs::{
-    Aggregator, BatchMapper, BoxError, CallError, Generator, Lifecycle, Mapper, Signature,
-    UdfError, current_source,
+    Aggregator, BatchMapper, BoxError, CallError, Generator, Lifecycle, Mapper, Signature, UdfError,
 };
 
 use crate::arrow::{column_from_ipc, to_ipc};

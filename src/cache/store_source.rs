@@ -144,7 +144,7 @@ impl StoreSource {
     /// file has its parent's) keeps its bytes; [`Reach::Network`] when it
     /// cannot be opened, or is empty (a URL that did not parse; its reads
     /// then fail as any other's).
-    pub fn reach(&self, source: &str) -> Reach {
+    pub(crate) fn reach(&self, source: &str) -> Reach {
         if source.is_empty() {
             return Reach::Network;
         }

@@ -464,7 +464,8 @@ impl Chain {
 
 fn values_table<T: Serialize + DeserializeOwned>(values: &[T]) -> Result<Arc<dyn TableProvider>> {
     use datafusion::arrow::datatypes::{DataType, Schema};
-    let field = udfchain_udfs::trace_field::<T>("value").map_err(|e| Error::plan(e.to_string()))?;
+    let field =
+        udfchain_udfs::engine::trace_field::<T>("value").map_err(|e| Error::plan(e.to_string()))?;
     let array =
         udfchain_udfs::encode_column(&field, values).map_err(|e| Error::plan(e.to_string()))?;
     let batch = match field.data_type() {

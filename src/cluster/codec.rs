@@ -553,7 +553,7 @@ impl PhysicalCodec {
 
     /// Decoded UDF operators stop when `watch` sees their job fail or
     /// be cancelled (`WatchExec`).
-    pub fn with_job_watch(mut self, watch: Arc<JobWatch>) -> Self {
+    pub(crate) fn with_job_watch(mut self, watch: Arc<JobWatch>) -> Self {
         self.watch = Some(watch);
         self
     }

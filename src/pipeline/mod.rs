@@ -174,10 +174,11 @@ impl Pipeline {
         self
     }
 
-    /// How often a live run lists storage (e.g. `500ms`, `10s`, `1m`),
-    /// over the config's `data.poll_interval`.
-    pub fn poll_interval(mut self, every: impl Into<String>) -> Self {
-        self.config.data.poll_interval = Some(every.into());
+    /// How often a live run lists storage, over the config's
+    /// `data.poll_interval`; zero is taken as one millisecond.
+    pub fn poll_interval(mut self, every: std::time::Duration) -> Self {
+        let ms = every.as_millis().max(1);
+        self.config.data.poll_interval = Some(format!("{ms}ms"));
         self
     }
 

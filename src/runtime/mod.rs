@@ -107,7 +107,7 @@ fn join_error(e: tokio::task::JoinError) -> String {
 
 /// `panicked: <message>` for the payload of a caught panic (the UDF
 /// contract's, so a panic reads the same wherever it was caught).
-pub use udfchain_udfs::panic_message;
+pub use udfchain_udfs::engine::panic_message;
 
 /// Runs blocking work (SQLite, file system calls) on tokio's blocking pool, so
 /// it never stalls an async worker. The one panic policy, as [`PoolTask`]'s:

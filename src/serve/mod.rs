@@ -21,20 +21,26 @@ mod flight;
 mod grpc_frames;
 mod readahead;
 mod request;
-mod routes;
-mod ticket;
+pub(crate) mod routes;
+pub(crate) mod ticket;
 
-pub use flight::{FLIGHT_DATA_SIZE, LoaderFlightService, STATS_ACTION, status};
+// The protocol a client meets (the request, its limits, the stats action,
+// the default message size) and the server's knobs with their defaults; the
+// service, tickets and read-ahead stay inside (tests reach the ticket key and
+// the request size cap through `testing`).
+pub use flight::{FLIGHT_DATA_SIZE, STATS_ACTION};
 pub use readahead::{
-    DEFAULT_MAX_STREAMS, DEFAULT_MAX_STREAMS_PER_CLIENT, DEFAULT_MEMORY_LIMIT, READ_AHEAD_SHARE,
-    ReadAhead, ReadAheadStats, ServeLimits,
+    DEFAULT_MAX_STREAMS, DEFAULT_MAX_STREAMS_PER_CLIENT, DEFAULT_MEMORY_LIMIT, ReadAheadStats,
+    ServeLimits,
 };
 pub use request::{
-    DEFAULT_PARTITION_ROWS, FlightRequest, MAX_CONSUMERS, MAX_PARALLEL_REQUESTS,
-    MAX_PARTITION_ROWS, MAX_PREFETCH_PARTITIONS, MESSAGE_BYTES_RANGE, RequestError,
+    FlightRequest, MAX_CONSUMERS, MAX_PARALLEL_REQUESTS, MAX_PARTITION_ROWS,
+    MAX_PREFETCH_PARTITIONS, MESSAGE_BYTES_RANGE, RequestError,
 };
-pub use routes::MAX_REQUEST_MESSAGE;
-pub use ticket::{FlightTicket, TicketError, TicketKey};
+
+use flight::LoaderFlightService;
+use readahead::ReadAhead;
+use ticket::TicketKey;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

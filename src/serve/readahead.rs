@@ -538,11 +538,6 @@ impl ReadAhead {
         }
     }
 
-    /// The TTL after which an idle stream is closed.
-    pub fn ttl(&self) -> Duration {
-        self.ttl
-    }
-
     /// A snapshot of what is held.
     pub fn stats(&self) -> ReadAheadStats {
         let streams = lock(&self.streams);

@@ -11,10 +11,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::loader::Loader;
+use crate::loader::{DEFAULT_PARTITION_ROWS, Loader};
 
-/// Rows per partition when the request does not say.
-pub const DEFAULT_PARTITION_ROWS: usize = 1000;
 /// The largest `partition_rows`, `prefetch_partitions` and `parallel_requests`
 /// accepted (a typo such as 1e12 rows must not reserve the machine).
 pub const MAX_PARTITION_ROWS: usize = 100_000_000;

@@ -61,7 +61,9 @@ const ONE_READ_MAX: u64 = 4 << 20;
 /// What a download did.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Downloaded {
+    /// Bytes written.
     pub bytes: u64,
+    /// Requests sent again after a failure (a resumed range counts once).
     pub retries: u32,
     /// From sending the first request to its response headers.
     pub first_byte: Duration,

@@ -11,7 +11,8 @@
 use proptest::prelude::*;
 use udfchain::loader::Loader;
 use udfchain::pipeline::PipelineConfig;
-use udfchain::serve::{FlightRequest, TicketKey};
+use udfchain::serve::FlightRequest;
+use udfchain::testing::TicketKey;
 use udfchain::{Catalog, Session, Settings};
 
 use udfchain_testkit::runner;

@@ -33,6 +33,7 @@
 //! ```
 
 #![warn(missing_docs)]
+#![warn(unnameable_types)]
 
 pub mod builtins;
 mod codec;
@@ -41,18 +42,31 @@ mod file;
 mod signature;
 #[cfg(test)]
 mod test_source;
-pub mod udf;
+mod udf;
 mod url_file;
 
-pub use codec::{decode_column, decode_rows, encode_column, trace_field};
-pub use error::{BoxError, CallError, UdfError, panic_message};
-pub use file::{File, FileReader, FileSource, Member, current_source, with_file_source};
-pub use signature::{Signature, check_input_type};
+pub use codec::{decode_column, decode_rows, encode_column};
+pub use error::{BoxError, CallError, UdfError};
+pub use file::{File, FileReader, FileSource, Member, RemoteReader};
+pub use signature::Signature;
 pub use udf::{
     Aggregator, BatchMapper, EachRow, Generator, Lifecycle, Mapper, State, Stateful, agg_fn,
     agg_with, batch_map_fn, batch_map_with, gen_fn, gen_with, map_fn, map_with,
 };
 pub use url_file::FileFromUrl;
+
+/// What the engine needs of this crate beyond the UDF contract: installing
+/// the [`FileSource`] of a call, reading it back, a panic's message, checking
+/// a param's type and tracing a Rust type's Arrow field. No part of the
+/// contract (hidden from the docs, no stability promise); UDF authors never
+/// call these.
+#[doc(hidden)]
+pub mod engine {
+    pub use crate::codec::trace_field;
+    pub use crate::error::panic_message;
+    pub use crate::file::{current_source, with_file_source};
+    pub use crate::signature::check_input_type;
+}
 
 /// Re-exports so UDF authors use exactly the Arrow and object_store the engine uses.
 pub use datafusion::arrow;

@@ -1,5 +1,5 @@
 //! [`Instance`]: one UDF's state in this process, shared by every run of
-//! that UDF value in flight at once (see `udfchain_udfs::udf::Lifecycle`).
+//! that UDF value in flight at once (see `udfchain_udfs::Lifecycle`).
 //!
 //! Guarantees:
 //! - one live `Instance` per UDF value (per `Arc` of it) in the process:

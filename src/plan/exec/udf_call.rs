@@ -19,7 +19,8 @@ use datafusion::arrow::datatypes::{Field, Schema};
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::TaskContext;
 use tokio::sync::Semaphore;
-use udfchain_udfs::{CallError, File, FileSource, with_file_source};
+use udfchain_udfs::engine::with_file_source;
+use udfchain_udfs::{CallError, File, FileSource};
 
 use crate::cache::{LocalCopies, SharedCache, StoreSource};
 use crate::error::Error;

@@ -15,7 +15,7 @@ use datafusion::arrow::datatypes::Field;
 use datafusion::common::{DFSchema, DFSchemaRef};
 use datafusion::error::Result as DfResult;
 use datafusion::logical_expr::{Expr, Extension, LogicalPlan, UserDefinedLogicalNodeCore};
-use udfchain_udfs::check_input_type;
+use udfchain_udfs::engine::check_input_type;
 
 use crate::plan::logical::udf::Udf;
 

@@ -88,7 +88,7 @@ async fn bad_requests_are_flight_statuses_with_clear_messages() {
     );
     // DoGet reads its request itself (serve/routes.rs): a request over the
     // limit is refused once the limit is read, not buffered whole.
-    let huge = Ticket::new(vec![b'x'; udfchain::serve::MAX_REQUEST_MESSAGE + 1]);
+    let huge = Ticket::new(vec![b'x'; udfchain::testing::MAX_REQUEST_MESSAGE + 1]);
     let s = status_of(partition(&mut c, huge).await.expect_err("huge ticket"));
     assert_eq!(s.code(), tonic::Code::ResourceExhausted, "{s:?}");
     assert!(

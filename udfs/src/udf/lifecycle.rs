@@ -259,7 +259,7 @@ where
 ///
 /// ```
 /// use std::sync::Arc;
-/// use udfchain_udfs::udf::map_with;
+/// use udfchain_udfs::map_with;
 ///
 /// struct Model { bias: i64 }
 /// let udf = map_with(

@@ -90,12 +90,12 @@ pub async fn run(command: PipelineCommand, session: &Arc<Session>, json: bool) -
             let to = replay_to.as_deref().map(parse_time).transpose()?;
             let mut pipeline = Pipeline::from_file(&config)?.session(Arc::clone(session));
             if let Some(p) = poll_interval {
-                parse_duration(&p).map_err(|reason| Error::Setting {
+                let every = parse_duration(&p).map_err(|reason| Error::Setting {
                     name: "--poll-interval".into(),
                     value: p.clone(),
                     reason,
                 })?;
-                pipeline = pipeline.poll_interval(p);
+                pipeline = pipeline.poll_interval(every);
             }
             if let Some(a) = flight_addr {
                 pipeline = pipeline.flight_addr(a);

@@ -138,7 +138,7 @@ fn an_image_column_round_trips_with_nulls_and_maps_in_parallel() {
     assert_eq!(out[0].map(|v| (v.width, v.height)), Some((4, 3)));
     assert!(out[1].is_none());
     // The typed codec traces an Image as exactly this layout.
-    let traced = crate::trace_field::<Image>("img").expect("trace");
+    let traced = crate::engine::trace_field::<Image>("img").expect("trace");
     assert_eq!(traced.data_type(), &Image::data_type());
     let encoded = crate::encode_column(&traced, std::slice::from_ref(&a)).expect("encode");
     let views = Image::views(encoded.as_ref()).expect("views");
