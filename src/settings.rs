@@ -3,6 +3,14 @@
 //! then to the defaults documented on each getter. Set by name from text
 //! (`SET`, `--set`), every value is checked against its range and every
 //! refusal is one line saying what is accepted; no text makes it panic.
+//!
+//! Naming: each setting's builder method carries its DataChain name
+//! (`Settings::new().prefetch(16)`, the spelling of every example), so its
+//! getter is `get_prefetch()`: one name cannot be both in Rust, and the
+//! standard library settles the same clash the same way
+//! (`std::process::Command::current_dir` / `get_current_dir`). Renaming the
+//! builders `with_*` to free the plain names for getters would trade the
+//! API users write for the one they rarely read.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

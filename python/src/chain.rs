@@ -557,13 +557,11 @@ pub fn dataset_info(py: Python<'_>, name: String, version: Option<u32>) -> PyRes
     engine()?;
     let root = Session::global().settings().get_root();
     let json = wait(py, async move {
-        let catalog = udfchain::Catalog::open_async(root).await?;
-        let info = catalog.get_async(&name, version).await?;
-        let sources = catalog
-            .lineage_async(&info.name, Some(info.version))
-            .await?;
+        let catalog = udfchain::Catalog::open(root).await?;
+        let info = catalog.get(&name, version).await?;
+        let sources = catalog.lineage(&info.name, Some(info.version)).await?;
         let versions: Vec<u32> = catalog
-            .list_async()
+            .list()
             .await?
             .into_iter()
             .filter(|v| v.name == info.name)

@@ -260,7 +260,7 @@ impl Chain {
             refuse_non_row_local(&plan)?;
         }
         check_keys(&marked.source.delta, &plan)?;
-        let previous = match catalog.get_async(name, None).await {
+        let previous = match catalog.get(name, None).await {
             Ok(info) => Some(info),
             Err(Error::Dataset(_)) => None,
             Err(e) => return Err(e),

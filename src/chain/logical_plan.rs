@@ -78,9 +78,9 @@ impl Chain {
                     .await?
             }
             Source::Dataset { name, version } => {
-                let info = Catalog::open_async(self.settings.get_root())
+                let info = Catalog::open(self.settings.get_root())
                     .await?
-                    .get_async(name, *version)
+                    .get(name, *version)
                     .await?;
                 let path = info.path.join(DATA_FILE);
                 ctx.read_parquet(path.display().to_string(), ParquetReadOptions::default())

@@ -59,11 +59,11 @@ impl Chain {
     ) -> Result<DatasetInfo> {
         crate::dataset::check_name(name)?;
         let root = self.settings.get_root();
-        let catalog = Catalog::open_async(root.clone()).await?;
+        let catalog = Catalog::open(root.clone()).await?;
         // A delta save's plan reads its base version: the checkpoint key
         // below names that version's files, so a new base starts over.
         let chain = self.for_save(name, &catalog).await?;
-        let staging = catalog.staging_dir_async().await?;
+        let staging = catalog.staging_dir().await?;
         let mut df = chain.dataframe().await?;
         // What it reads, before anything runs (recorded with the version).
         let sources = super::lineage::sources(df.logical_plan(), &root);
@@ -90,7 +90,7 @@ impl Chain {
         match chain.write_dataset(df, staging.path(), on_progress).await {
             Ok((schema, rows, query)) => {
                 let info = catalog
-                    .commit_with_lineage_async(name, staging, schema, rows, query, sources)
+                    .commit_with_lineage(name, staging, schema, rows, query, sources)
                     .await?;
                 if let Some(held) = checkpoint {
                     let _ = crate::runtime::blocking(move || {

@@ -15,10 +15,9 @@ impl Session {
         Chain::from_dataset(name).in_session(Arc::clone(self))
     }
 
-    /// The dataset catalog under this session's root dir. Blocks on SQLite:
-    /// async code can use [`Catalog::open_async`].
-    pub fn catalog(&self) -> Result<Catalog> {
-        Catalog::open(&self.settings().get_root())
+    /// The dataset catalog under this session's root dir.
+    pub async fn catalog(&self) -> Result<Catalog> {
+        Catalog::open(self.settings().get_root()).await
     }
 
     /// A chain over the objects under `uri` (recursive).

@@ -113,25 +113,26 @@ impl Drop for Staging {
 }
 
 impl Catalog {
+    /// [`Catalog::remove_stale_checkpoints`], on the calling thread.
+    pub(crate) fn remove_stale_checkpoints_blocking(
+        &self,
+    ) -> Result<Vec<checkpoints::RemovedCheckpoint>> {
+        checkpoints::gc(&self.root)
+    }
+
     /// Removes every checkpoint under the root that no running save holds:
     /// the UDF results kept by saves that failed or were killed, which a run
     /// of the same statement would otherwise continue from (`udfchain
     /// datasets gc`). Costs work, never data.
-    pub fn remove_stale_checkpoints(&self) -> Result<Vec<checkpoints::RemovedCheckpoint>> {
-        checkpoints::gc(&self.root)
-    }
-
-    /// [`remove_stale_checkpoints`](Self::remove_stale_checkpoints) on the blocking pool.
-    pub async fn remove_stale_checkpoints_async(
-        &self,
-    ) -> Result<Vec<checkpoints::RemovedCheckpoint>> {
+    ///
+    /// Runs on the blocking pool (SQLite blocks).
+    pub async fn remove_stale_checkpoints(&self) -> Result<Vec<checkpoints::RemovedCheckpoint>> {
         let cat = self.clone();
-        blocking(move || cat.remove_stale_checkpoints()).await
+        blocking(move || cat.remove_stale_checkpoints_blocking()).await
     }
 
-    /// Opens (creating) the catalog under `root`, then removes what failed or
-    /// killed saves left behind.
-    pub fn open(root: &Path) -> Result<Self> {
+    /// [`Catalog::open`], on the calling thread.
+    pub(crate) fn open_blocking(root: &Path) -> Result<Self> {
         let root = std::path::absolute(root).map_err(|e| Error::io(root.display(), e))?;
         let cat = Self { root };
         std::fs::create_dir_all(cat.staging_root())
@@ -162,12 +163,16 @@ impl Catalog {
         Ok(cat)
     }
 
-    /// [`Catalog::open`] on the blocking pool.
+    /// Opens (creating) the catalog under `root`, then removes what failed or
+    /// killed saves left behind.
+    ///
+    /// Runs on the blocking pool (SQLite blocks).
     ///
     /// # Cancel safety
     /// Dropping the future does not stop the open (and its sweep) once started.
-    pub async fn open_async(root: PathBuf) -> Result<Self> {
-        blocking(move || Self::open(&root)).await
+    pub async fn open(root: impl Into<PathBuf>) -> Result<Self> {
+        let root = root.into();
+        blocking(move || Self::open_blocking(&root)).await
     }
 
     /// The catalog's SQLite file.
@@ -229,9 +234,8 @@ impl Catalog {
         self.datasets_root().join(".staging")
     }
 
-    /// A new staging dir for a save by this process, locked by it until
-    /// committed or dropped.
-    pub fn staging_dir(&self) -> Result<Staging> {
+    /// [`Catalog::staging_dir`], on the calling thread.
+    pub(crate) fn staging_dir_blocking(&self) -> Result<Staging> {
         static N: AtomicU64 = AtomicU64::new(0);
         let dir = self.staging_root().join(format!(
             "{}-{}-{}",
@@ -251,29 +255,17 @@ impl Catalog {
         })
     }
 
-    /// [`Catalog::staging_dir`] on the blocking pool.
-    pub async fn staging_dir_async(&self) -> Result<Staging> {
+    /// A new staging dir for a save by this process, locked by it until
+    /// committed or dropped.
+    ///
+    /// Runs on the blocking pool (SQLite blocks).
+    pub async fn staging_dir(&self) -> Result<Staging> {
         let cat = self.clone();
-        blocking(move || cat.staging_dir()).await
+        blocking(move || cat.staging_dir_blocking()).await
     }
 
-    /// Registers the data in `staging` as the next version of `name`. On
-    /// failure the staging dir is removed (with the guard).
-    pub fn commit(
-        &self,
-        name: &str,
-        staging: Staging,
-        schema: &str,
-        rows: u64,
-        query: &str,
-    ) -> Result<DatasetInfo> {
-        self.commit_with_lineage(name, staging, schema, rows, query, &[])
-    }
-
-    /// [`Catalog::commit`], recording `sources` as what the version read
-    /// (in the transaction that makes the version visible; see
-    /// [`Catalog::lineage`]).
-    pub fn commit_with_lineage(
+    /// [`Catalog::commit_with_lineage`], on the calling thread.
+    pub(crate) fn commit_with_lineage_blocking(
         &self,
         name: &str,
         mut staging: Staging,
@@ -380,12 +372,15 @@ impl Catalog {
         }
     }
 
-    /// [`Catalog::commit`] on the blocking pool.
+    /// Registers the data in `staging` as the next version of `name`. On
+    /// failure the staging dir is removed (with the guard).
+    ///
+    /// Runs on the blocking pool (SQLite blocks).
     ///
     /// # Cancel safety
     /// Once started, the commit runs to completion even if the future is
     /// dropped: the version then exists (or, on failure, the staging dir is gone).
-    pub async fn commit_async(
+    pub async fn commit(
         &self,
         name: &str,
         staging: Staging,
@@ -393,15 +388,19 @@ impl Catalog {
         rows: u64,
         query: String,
     ) -> Result<DatasetInfo> {
-        self.commit_with_lineage_async(name, staging, schema, rows, query, Vec::new())
+        self.commit_with_lineage(name, staging, schema, rows, query, Vec::new())
             .await
     }
 
-    /// [`Catalog::commit_with_lineage`] on the blocking pool.
+    /// [`Catalog::commit`], recording `sources` as what the version read
+    /// (in the transaction that makes the version visible; see
+    /// [`Catalog::lineage`]).
+    ///
+    /// Runs on the blocking pool (SQLite blocks).
     ///
     /// # Cancel safety
-    /// As [`Catalog::commit_async`].
-    pub async fn commit_with_lineage_async(
+    /// As [`Catalog::commit`].
+    pub async fn commit_with_lineage(
         &self,
         name: &str,
         staging: Staging,
@@ -411,8 +410,21 @@ impl Catalog {
         sources: Vec<LineageEntry>,
     ) -> Result<DatasetInfo> {
         let (cat, name) = (self.clone(), name.to_string());
-        blocking(move || cat.commit_with_lineage(&name, staging, &schema, rows, &query, &sources))
-            .await
+        blocking(move || {
+            cat.commit_with_lineage_blocking(&name, staging, &schema, rows, &query, &sources)
+        })
+        .await
+    }
+
+    /// [`Catalog::lineage`], on the calling thread.
+    pub(crate) fn lineage_blocking(
+        &self,
+        name: &str,
+        version: Option<u32>,
+    ) -> Result<Vec<LineageEntry>> {
+        let info = self.get_blocking(name, version)?;
+        let conn = self.connect()?;
+        lineage::read(&conn, &info.name, info.version).map_err(self.sql_err())
     }
 
     /// What version `version` of `name` (default: its latest) read: storage
@@ -420,24 +432,15 @@ impl Catalog {
     /// for a version that read neither (values, a SQL `VALUES`) or that was
     /// saved by a udfchain older than lineage. A missing dataset or version
     /// is an [`Error::Dataset`], as in [`Catalog::get`].
-    pub fn lineage(&self, name: &str, version: Option<u32>) -> Result<Vec<LineageEntry>> {
-        let info = self.get(name, version)?;
-        let conn = self.connect()?;
-        lineage::read(&conn, &info.name, info.version).map_err(self.sql_err())
-    }
-
-    /// [`Catalog::lineage`] on the blocking pool.
-    pub async fn lineage_async(
-        &self,
-        name: &str,
-        version: Option<u32>,
-    ) -> Result<Vec<LineageEntry>> {
+    ///
+    /// Runs on the blocking pool (SQLite blocks).
+    pub async fn lineage(&self, name: &str, version: Option<u32>) -> Result<Vec<LineageEntry>> {
         let (cat, name) = (self.clone(), name.to_string());
-        blocking(move || cat.lineage(&name, version)).await
+        blocking(move || cat.lineage_blocking(&name, version)).await
     }
 
-    /// Version `version` of `name`, or its latest.
-    pub fn get(&self, name: &str, version: Option<u32>) -> Result<DatasetInfo> {
+    /// [`Catalog::get`], on the calling thread.
+    pub(crate) fn get_blocking(&self, name: &str, version: Option<u32>) -> Result<DatasetInfo> {
         let conn = self.connect()?;
         let query = "SELECT name, version, path, schema, rows, bytes, created, query FROM versions
                    WHERE name = ?1 AND (?2 IS NULL OR version = ?2) ORDER BY version DESC LIMIT 1";
@@ -446,7 +449,7 @@ impl Catalog {
             .map_err(self.sql_err())?
             .ok_or_else(|| {
                 let known = self
-                    .list()
+                    .list_blocking()
                     .map(|l| l.into_iter().map(|i| i.name).collect::<Vec<_>>())
                     .unwrap_or_default();
                 let what = match version {
@@ -462,14 +465,16 @@ impl Catalog {
             })
     }
 
-    /// [`Catalog::get`] on the blocking pool.
-    pub async fn get_async(&self, name: &str, version: Option<u32>) -> Result<DatasetInfo> {
+    /// Version `version` of `name`, or its latest.
+    ///
+    /// Runs on the blocking pool (SQLite blocks).
+    pub async fn get(&self, name: &str, version: Option<u32>) -> Result<DatasetInfo> {
         let (cat, name) = (self.clone(), name.to_string());
-        blocking(move || cat.get(&name, version)).await
+        blocking(move || cat.get_blocking(&name, version)).await
     }
 
-    /// Every version of every dataset, by name then version.
-    pub fn list(&self) -> Result<Vec<DatasetInfo>> {
+    /// [`Catalog::list`], on the calling thread.
+    pub(crate) fn list_blocking(&self) -> Result<Vec<DatasetInfo>> {
         let sql = self.sql_err();
         let conn = self.connect()?;
         let mut stmt = conn
@@ -479,15 +484,16 @@ impl Catalog {
         rows.collect::<Result<Vec<_>, _>>().map_err(&sql)
     }
 
-    /// [`Catalog::list`] on the blocking pool.
-    pub async fn list_async(&self) -> Result<Vec<DatasetInfo>> {
+    /// Every version of every dataset, by name then version.
+    ///
+    /// Runs on the blocking pool (SQLite blocks).
+    pub async fn list(&self) -> Result<Vec<DatasetInfo>> {
         let cat = self.clone();
-        blocking(move || cat.list()).await
+        blocking(move || cat.list_blocking()).await
     }
 
-    /// Removes one version of `name`, or all of them; returns how many. Their
-    /// numbers are not issued again.
-    pub fn remove(&self, name: &str, version: Option<u32>) -> Result<usize> {
+    /// [`Catalog::remove`], on the calling thread.
+    pub(crate) fn remove_blocking(&self, name: &str, version: Option<u32>) -> Result<usize> {
         let sql = self.sql_err();
         let mut conn = self.connect()?;
         // Unlink: the rows this transaction deletes name the dirs to delete.
@@ -510,7 +516,7 @@ impl Catalog {
         if paths.is_empty() {
             drop(tx);
             return Err(self
-                .get(name, version)
+                .get_blocking(name, version)
                 .err()
                 .unwrap_or_else(|| Error::Dataset(format!("no dataset {name:?}"))));
         }
@@ -529,10 +535,13 @@ impl Catalog {
         Ok(paths.len())
     }
 
-    /// [`Catalog::remove`] on the blocking pool.
-    pub async fn remove_async(&self, name: &str, version: Option<u32>) -> Result<usize> {
+    /// Removes one version of `name`, or all of them; returns how many. Their
+    /// numbers are not issued again.
+    ///
+    /// Runs on the blocking pool (SQLite blocks).
+    pub async fn remove(&self, name: &str, version: Option<u32>) -> Result<usize> {
         let (cat, name) = (self.clone(), name.to_string());
-        blocking(move || cat.remove(&name, version)).await
+        blocking(move || cat.remove_blocking(&name, version)).await
     }
 
     /// Rewrites absolute row paths that lie under the root to relative ones,
@@ -678,22 +687,22 @@ mod tests {
 
     /// Commits a version of `name` holding one file.
     fn save(cat: &Catalog, name: &str) -> DatasetInfo {
-        let staging = cat.staging_dir().expect("staging");
+        let staging = cat.staging_dir_blocking().expect("staging");
         std::fs::write(staging.path().join("part-0.parquet"), b"rows").expect("write");
-        cat.commit(name, staging, "a: Int64", 1, "test")
+        cat.commit_with_lineage_blocking(name, staging, "a: Int64", 1, "test", &[])
             .expect("commit")
     }
 
     #[test]
     fn versions_are_never_reused() {
         let root = tempfile::tempdir().expect("root");
-        let cat = Catalog::open(root.path()).expect("open");
+        let cat = Catalog::open_blocking(root.path()).expect("open");
         assert_eq!(save(&cat, "x").version, 1);
         assert_eq!(save(&cat, "x").version, 2);
-        assert_eq!(cat.remove("x", Some(2)).expect("rm 2"), 1);
+        assert_eq!(cat.remove_blocking("x", Some(2)).expect("rm 2"), 1);
         assert_eq!(save(&cat, "x").version, 3, "save, rm, save gives 3, not 2");
-        assert_eq!(cat.remove("x", None).expect("rm all"), 2);
-        let reopened = Catalog::open(root.path()).expect("reopen");
+        assert_eq!(cat.remove_blocking("x", None).expect("rm all"), 2);
+        let reopened = Catalog::open_blocking(root.path()).expect("reopen");
         assert_eq!(
             save(&reopened, "x").version,
             4,
@@ -705,28 +714,28 @@ mod tests {
     #[test]
     fn a_remove_deletes_only_the_dirs_of_the_rows_it_deleted() {
         let root = tempfile::tempdir().expect("root");
-        let cat = Catalog::open(root.path()).expect("open");
+        let cat = Catalog::open_blocking(root.path()).expect("open");
         let (v1, v2) = (save(&cat, "x"), save(&cat, "x"));
-        cat.remove("x", Some(1)).expect("rm 1");
+        cat.remove_blocking("x", Some(1)).expect("rm 1");
         assert!(!v1.path.exists() && v2.path.join("part-0.parquet").is_file());
-        let e = cat.remove("x", Some(1)).expect_err("gone");
+        let e = cat.remove_blocking("x", Some(1)).expect_err("gone");
         assert!(e.to_string().contains("no version 1"), "{e}");
         assert!(v2.path.is_dir(), "a failed remove deletes nothing");
-        cat.remove("x", None).expect("rm all");
+        cat.remove_blocking("x", None).expect("rm all");
         assert!(!root.path().join("datasets").join("x").exists());
     }
 
     #[test]
     fn a_commit_fsyncs_its_files_and_the_dirs_naming_them() {
         let root = tempfile::tempdir().expect("root");
-        let cat = Catalog::open(root.path()).expect("open");
-        let staging = cat.staging_dir().expect("staging");
+        let cat = Catalog::open_blocking(root.path()).expect("open");
+        let staging = cat.staging_dir_blocking().expect("staging");
         let file = staging.path().join("part-0.parquet");
         std::fs::write(&file, b"rows").expect("write");
         let staged = staging.path().to_path_buf();
         durable::take_synced();
         let info = cat
-            .commit("x", staging, "a: Int64", 1, "test")
+            .commit_with_lineage_blocking("x", staging, "a: Int64", 1, "test", &[])
             .expect("commit");
         let synced = durable::take_synced();
         for want in [

@@ -62,9 +62,9 @@ impl Resolved {
         name: &str,
         version: Option<u32>,
     ) -> Result<Self> {
-        let info = Catalog::open_async(session.settings().get_root())
+        let info = Catalog::open(session.settings().get_root())
             .await?
-            .get_async(name, version)
+            .get(name, version)
             .await?;
         let dir = info.path.clone();
         blocking(move || {

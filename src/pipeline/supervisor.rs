@@ -404,9 +404,9 @@ impl Supervisor {
     /// Saves trigger `t`'s set as dataset `name`, replacing a version an
     /// unrecorded earlier save left.
     async fn save(&mut self, t: &TriggerRecord, name: &str) -> Result<()> {
-        let catalog = Catalog::open_async(self.session.settings().get_root()).await?;
-        if catalog.get_async(name, None).await.is_ok() {
-            catalog.remove_async(name, None).await?;
+        let catalog = Catalog::open(self.session.settings().get_root()).await?;
+        if catalog.get(name, None).await.is_ok() {
+            catalog.remove(name, None).await?;
         }
         let with_file = matches!(self.config.data.format, Format::SingleSample(_));
         let (id, n) = (t.trigger_id, t.num_partitions);

@@ -225,13 +225,9 @@ impl TableFunctionImpl for TableFn {
                     .transpose()?;
                 // Catalog work blocks: it runs on the blocking pool.
                 let root = settings.get_root();
-                let info = block(async move {
-                    Catalog::open_async(root)
-                        .await?
-                        .get_async(&first, version)
-                        .await
-                })?
-                .map_err(Error::into_df)?;
+                let info =
+                    block(async move { Catalog::open(root).await?.get(&first, version).await })?
+                        .map_err(Error::into_df)?;
                 let path = info.path.join("data.parquet").display().to_string();
                 let df = block(ctx().read_parquet(path, ParquetReadOptions::default()))??;
                 Ok(df.into_view())

@@ -347,9 +347,9 @@ pub fn locate(e: Error, stmt: &Statement) -> Error {
 }
 
 async fn datasets_table(settings: &Settings) -> Result<RecordBatch> {
-    let list = crate::dataset::Catalog::open_async(settings.get_root())
+    let list = crate::dataset::Catalog::open(settings.get_root())
         .await?
-        .list_async()
+        .list()
         .await?;
     let schema = Arc::new(Schema::new(vec![
         Field::new("name", DataType::Utf8, false),

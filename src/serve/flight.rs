@@ -90,7 +90,7 @@ impl LoaderFlightService {
         &self,
         mut req: FlightRequest,
     ) -> crate::Result<(FlightRequest, Loader, EpochPlan)> {
-        let info = self.catalog.get_async(&req.dataset, req.version).await?;
+        let info = self.catalog.get(&req.dataset, req.version).await?;
         req.version = Some(info.version);
         let loader = req.loader().in_session(Arc::clone(&self.session));
         let plan = loader.plan(req.epoch).await?;
@@ -235,7 +235,7 @@ impl FlightService for LoaderFlightService {
     ) -> Result<Response<Self::ListFlightsStream>, Status> {
         let prefix = String::from_utf8_lossy(&request.get_ref().expression).into_owned();
         let mut latest = BTreeMap::new();
-        for info in self.catalog.list_async().await.map_err(status)? {
+        for info in self.catalog.list().await.map_err(status)? {
             if info.name.starts_with(&prefix) {
                 latest.insert(info.name.clone(), info); // listed by version: the last wins
             }

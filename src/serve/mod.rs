@@ -167,7 +167,7 @@ impl FlightServer {
             source: Arc::new(e),
         })?;
         let local_addr = listener.local_addr().map_err(|e| Error::io(addr, e))?;
-        let catalog = Catalog::open_async(self.session.settings().get_root()).await?;
+        let catalog = Catalog::open(self.session.settings().get_root()).await?;
         let tickets = TicketKey::random().map_err(|e| Error::io("the OS's random source", e))?;
         Ok(BoundServer {
             server: self,

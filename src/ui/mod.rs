@@ -105,7 +105,7 @@ impl UiServer {
         };
         let settings = self.session.settings().clone();
         let root = settings.get_root();
-        let catalog = Catalog::open_async(root.clone()).await?;
+        let catalog = Catalog::open(root.clone()).await?;
         let mut allowed = vec![catalog.root().to_path_buf()];
         allowed.extend(self.allow.iter().cloned());
         let allowed = allowed

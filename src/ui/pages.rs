@@ -118,7 +118,7 @@ fn error_page(
 /// The versions of dataset `name` (none when the catalog cannot be listed).
 async fn versions_of(catalog: &Catalog, name: &str) -> Vec<u32> {
     catalog
-        .list_async()
+        .list()
         .await
         .map(|l| {
             l.into_iter()
@@ -157,7 +157,7 @@ pub(super) async fn not_found() -> Response {
 /// `GET /`: every dataset with its versions.
 pub(super) async fn datasets(State(state): State<Arc<AppState>>) -> Response {
     let started = Instant::now();
-    let list = match state.catalog.list_async().await {
+    let list = match state.catalog.list().await {
         Ok(l) => l,
         Err(e) => {
             return error_page(
@@ -489,7 +489,7 @@ pub(super) async fn version(
     let started = Instant::now();
     let p = params(query.as_deref());
     let view = View::from(&p);
-    let info = match state.catalog.get_async(&name, Some(version)).await {
+    let info = match state.catalog.get(&name, Some(version)).await {
         Ok(i) => i,
         Err(e) => {
             return error_page(StatusCode::NOT_FOUND, &name, &e.to_string(), "", started);
@@ -746,7 +746,7 @@ pub(super) async fn version_row(
     );
     // In stored order: straight from the stored file, as the version's pages.
     let rows = if view.filter.is_none() && view.sort.is_none() {
-        match state.catalog.get_async(&name, Some(version)).await {
+        match state.catalog.get(&name, Some(version)).await {
             Ok(info) => {
                 let data = info.path.join("data.parquet");
                 crate::runtime::blocking(move || stored_rows(&data, index, 2))
@@ -1096,7 +1096,7 @@ pub(super) async fn compare(
 /// version saved before lineage was recorded.
 async fn lineage_html(catalog: &Catalog, name: &str, version: u32) -> String {
     let entries = catalog
-        .lineage_async(name, Some(version))
+        .lineage(name, Some(version))
         .await
         .unwrap_or_default();
     entries

@@ -63,12 +63,12 @@ async fn save_read_versions_and_remove() {
         .expect("read v1");
     assert_eq!(first, items(5));
 
-    let catalog = session.catalog().expect("catalog");
-    assert_eq!(catalog.list().expect("list").len(), 2);
-    assert_eq!(catalog.get("items", None).expect("info").version, 2);
-    assert_eq!(catalog.remove("items", Some(1)).expect("rm v1"), 1);
+    let catalog = session.catalog().await.expect("catalog");
+    assert_eq!(catalog.list().await.expect("list").len(), 2);
+    assert_eq!(catalog.get("items", None).await.expect("info").version, 2);
+    assert_eq!(catalog.remove("items", Some(1)).await.expect("rm v1"), 1);
     assert!(!v1.path.exists(), "v1 files removed");
-    let err = catalog.get("items", Some(1)).expect_err("v1 gone");
+    let err = catalog.get("items", Some(1)).await.expect_err("v1 gone");
     assert!(err.to_string().contains("no version 1"), "{err}");
     let err = session
         .from_dataset("itemz")
@@ -77,8 +77,8 @@ async fn save_read_versions_and_remove() {
         .expect_err("typo");
     assert!(matches!(err, Error::Dataset(_)));
     assert!(err.to_string().contains("did you mean \"items\""), "{err}");
-    assert_eq!(catalog.remove("items", None).expect("rm all"), 1);
-    assert!(catalog.list().expect("list").is_empty());
+    assert_eq!(catalog.remove("items", None).await.expect("rm all"), 1);
+    assert!(catalog.list().await.expect("list").is_empty());
 
     let err = Chain::from_values_in(Arc::clone(&session), &items(1))
         .save("../evil")
@@ -87,8 +87,10 @@ async fn save_read_versions_and_remove() {
     assert!(err.to_string().contains("invalid dataset name"), "{err}");
     assert!(
         Catalog::open(root.path())
+            .await
             .expect("reopen")
             .list()
+            .await
             .expect("list")
             .is_empty()
     );
@@ -115,8 +117,10 @@ async fn a_failed_save_leaves_no_version() {
     assert!(
         session
             .catalog()
+            .await
             .expect("catalog")
             .list()
+            .await
             .expect("list")
             .is_empty()
     );
@@ -183,8 +187,8 @@ async fn killed_save_leaves_nothing_visible() {
         "the killed save left its staging dir"
     );
 
-    let catalog = Catalog::open(root.path()).expect("open sweeps");
-    let versions = catalog.list().expect("list");
+    let catalog = Catalog::open(root.path()).await.expect("open sweeps");
+    let versions = catalog.list().await.expect("list");
     assert_eq!(versions.len(), 1, "only the committed version is visible");
     assert_eq!(versions[0].version, 1);
     assert_eq!(
@@ -220,9 +224,10 @@ async fn concurrent_saves_of_one_name_get_distinct_versions() {
     }
     versions.sort();
     assert_eq!(versions, vec![1, 2, 3, 4]);
-    let catalog = Catalog::open(root.path()).expect("open");
+    let catalog = Catalog::open(root.path()).await.expect("open");
     let rows: Vec<u64> = catalog
         .list()
+        .await
         .expect("list")
         .iter()
         .map(|i| i.rows)
@@ -283,8 +288,10 @@ async fn two_processes_saving_one_name_get_distinct_versions() {
         assert!(String::from_utf8_lossy(&out.stdout).contains("saved version"));
     }
     let mut versions: Vec<u32> = Catalog::open(root.path())
+        .await
         .expect("open")
         .list()
+        .await
         .expect("list")
         .iter()
         .map(|i| i.version)
@@ -316,8 +323,8 @@ async fn read_items(root: &std::path::Path, name: &str) -> Vec<Item> {
 /// Opens the root under `spelling`, then checks version 1 of `items` is still
 /// listed, lives under that spelling and reads the same rows.
 async fn check_items_survive(spelling: &std::path::Path) {
-    let catalog = Catalog::open(spelling).expect("open");
-    let versions = catalog.list().expect("list");
+    let catalog = Catalog::open(spelling).await.expect("open");
+    let versions = catalog.list().await.expect("list");
     assert_eq!(versions.len(), 1, "{versions:?}");
     assert_eq!(versions[0].version, 1);
     assert!(
@@ -332,8 +339,10 @@ async fn check_items_survive(spelling: &std::path::Path) {
     // Opening again (a second sweep) under the same spelling keeps it too.
     assert_eq!(
         Catalog::open(spelling)
+            .await
             .expect("reopen")
             .list()
+            .await
             .expect("list")
             .len(),
         1
@@ -412,8 +421,8 @@ async fn an_older_catalog_with_absolute_paths_is_migrated_not_swept() {
 
     let link = base.path().join("link");
     std::os::unix::fs::symlink(&real, &link).expect("symlink");
-    let catalog = Catalog::open(&link).expect("open through the link");
-    assert_eq!(catalog.list().expect("list").len(), 2);
+    let catalog = Catalog::open(&link).await.expect("open through the link");
+    assert_eq!(catalog.list().await.expect("list").len(), 2);
     assert_eq!(
         stored_rows(&real),
         vec![
@@ -500,14 +509,16 @@ fn the_cli_keeps_a_version_under_every_spelling_of_its_root() {
 
 /// Run by the staging liveness tests in a child process: holds a staging dir
 /// (with a file in it) until killed.
-#[test]
+#[tokio::test]
 #[ignore = "helper: runs only as a child process"]
-fn staging_holder_worker() {
+async fn staging_holder_worker() {
     let Ok(root) = std::env::var("UDFCHAIN_TEST_STAGING_ROOT") else {
         return;
     };
-    let catalog = Catalog::open(std::path::Path::new(&root)).expect("open");
-    let staging = catalog.staging_dir().expect("staging");
+    let catalog = Catalog::open(std::path::Path::new(&root))
+        .await
+        .expect("open");
+    let staging = catalog.staging_dir().await.expect("staging");
     std::fs::write(staging.path().join("part.parquet"), b"partial").expect("write");
     println!("holding {}", staging.path().display());
     std::thread::sleep(Duration::from_secs(600));
@@ -556,12 +567,12 @@ fn kill(mut child: std::process::Child) {
     child.wait().expect("reap");
 }
 
-#[test]
-fn a_staging_dir_held_by_a_live_process_is_kept() {
+#[tokio::test]
+async fn a_staging_dir_held_by_a_live_process_is_kept() {
     let root = tempfile::tempdir().expect("root");
     let (child, dir) = spawn_staging_holder(root.path());
     for _ in 0..2 {
-        Catalog::open(root.path()).expect("open sweeps");
+        Catalog::open(root.path()).await.expect("open sweeps");
         assert!(
             dir.join("part.parquet").exists(),
             "a live save's staging dir is not touched"
@@ -570,26 +581,26 @@ fn a_staging_dir_held_by_a_live_process_is_kept() {
     kill(child);
 }
 
-#[test]
-fn a_staging_dir_whose_holder_was_killed_is_swept() {
+#[tokio::test]
+async fn a_staging_dir_whose_holder_was_killed_is_swept() {
     let root = tempfile::tempdir().expect("root");
     let (child, dir) = spawn_staging_holder(root.path());
     kill(child);
     assert!(dir.exists(), "the killed holder left its dir");
-    Catalog::open(root.path()).expect("open sweeps");
+    Catalog::open(root.path()).await.expect("open sweeps");
     assert!(!dir.exists(), "swept at the next open");
     assert_eq!(staging_entries(root.path()), 0);
 }
 
-#[test]
-fn a_staging_dir_is_swept_even_when_its_pid_belongs_to_a_live_process() {
+#[tokio::test]
+async fn a_staging_dir_is_swept_even_when_its_pid_belongs_to_a_live_process() {
     let root = tempfile::tempdir().expect("root");
     let (child, dir) = spawn_staging_holder(root.path());
     kill(child);
     // Pid reuse: the pid recorded for the dir now names a running process (this
     // one). Liveness comes from the lock, so the dir still goes.
     std::fs::write(dir.join("owner.pid"), std::process::id().to_string()).expect("pid");
-    Catalog::open(root.path()).expect("open sweeps");
+    Catalog::open(root.path()).await.expect("open sweeps");
     assert!(!dir.exists(), "swept although its recorded pid is alive");
 }
 
@@ -622,8 +633,10 @@ async fn a_dropped_save_removes_its_staging_dir_at_once() {
     assert!(
         session
             .catalog()
+            .await
             .expect("catalog")
             .list()
+            .await
             .expect("list")
             .is_empty()
     );
@@ -681,7 +694,11 @@ async fn a_broken_catalog_is_a_typed_error_with_its_source() {
         }
         other => panic!("expected Error::Catalog, got {other:?}"),
     };
-    check(Catalog::open(root.path()).expect_err("not a database"));
+    check(
+        Catalog::open(root.path())
+            .await
+            .expect_err("not a database"),
+    );
     let session = Session::with_settings(Settings::new().root(root.path()));
     check(
         Chain::from_values_in(Arc::clone(&session), &items(2))
@@ -743,10 +760,10 @@ fn ticks_while_catalog_locked<F: std::future::Future<Output = ()>>(
     ticks.load(Ordering::SeqCst)
 }
 
-#[test]
-fn catalog_work_never_blocks_the_async_runtime() {
+#[tokio::test]
+async fn catalog_work_never_blocks_the_async_runtime() {
     let root = tempfile::tempdir().expect("root");
-    Catalog::open(root.path()).expect("create");
+    Catalog::open(root.path()).await.expect("create");
     let session = Session::with_settings(Settings::new().root(root.path()));
     let ticks = ticks_while_catalog_locked(root.path(), || async {
         let info = Chain::from_values_in(Arc::clone(&session), &items(3))
@@ -782,7 +799,7 @@ async fn open_removes_unregistered_version_dirs_and_keeps_what_it_cannot_match()
     std::fs::write(dir.join("v2/data.parquet"), b"partial").expect("write");
     std::fs::create_dir(dir.join("notes")).expect("notes");
     std::fs::write(dir.join("v3"), b"a file, not a dir").expect("file");
-    let catalog = Catalog::open(root.path()).expect("open sweeps");
+    let catalog = Catalog::open(root.path()).await.expect("open sweeps");
     assert!(
         !dir.join("v2").exists(),
         "the unregistered version is removed"
@@ -795,7 +812,7 @@ async fn open_removes_unregistered_version_dirs_and_keeps_what_it_cannot_match()
         dir.join("notes").is_dir() && dir.join("v3").is_file(),
         "unknown entries kept"
     );
-    assert_eq!(catalog.list().expect("list").len(), 1);
+    assert_eq!(catalog.list().await.expect("list").len(), 1);
     let next = save_items(root.path(), "items", 2).await;
     assert_eq!(next.version, 2);
     assert_eq!(read_items(root.path(), "items").await, items(2));
@@ -819,7 +836,7 @@ async fn churn_worker() {
     };
     let who = std::env::var("UDFCHAIN_TEST_CHURN_WHO").expect("who");
     let session = Session::with_settings(Settings::new().root(&root));
-    let catalog = Catalog::open(root.as_ref()).expect("open");
+    let catalog = Catalog::open(root.as_str()).await.expect("open");
     for step in 0..12 {
         let token = format!("{who}-{step}");
         let rows = vec![Token {
@@ -830,7 +847,7 @@ async fn churn_worker() {
             .await
             .expect("save");
         println!("saved {} {token}", info.version);
-        for v in catalog.list().expect("list") {
+        for v in catalog.list().await.expect("list") {
             let read: udfchain::Result<Vec<Token>> =
                 Chain::from_dataset_version("churn", v.version)
                     .in_session(Arc::clone(&session))
@@ -839,13 +856,13 @@ async fn churn_worker() {
             if let Err(e) = read {
                 // Removed by the other process since the listing: fine; still
                 // listed and unreadable: the defect.
-                let still = catalog.get("churn", Some(v.version)).is_ok();
+                let still = catalog.get("churn", Some(v.version)).await.is_ok();
                 assert!(!still, "listed version {} unreadable: {e}", v.version);
             }
         }
-        let listed = catalog.list().expect("list");
+        let listed = catalog.list().await.expect("list");
         if let [oldest, _, _, ..] = &listed[..] {
-            match catalog.remove("churn", Some(oldest.version)) {
+            match catalog.remove("churn", Some(oldest.version)).await {
                 Ok(_) => println!("removed {}", oldest.version),
                 Err(e) => assert!(e.to_string().contains("no version"), "{e}"),
             }
@@ -856,7 +873,7 @@ async fn churn_worker() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_processes_saving_and_removing_keep_every_listed_version_readable() {
     let root = tempfile::tempdir().expect("root");
-    Catalog::open(root.path()).expect("create");
+    Catalog::open(root.path()).await.expect("create");
     let children: Vec<_> = ["a", "b"]
         .into_iter()
         .map(|who| {
@@ -900,8 +917,10 @@ async fn two_processes_saving_and_removing_keep_every_listed_version_readable() 
     // What is left reads the rows first saved under its number.
     let session = Session::with_settings(Settings::new().root(root.path()));
     let left = Catalog::open(root.path())
+        .await
         .expect("open")
         .list()
+        .await
         .expect("list");
     assert!(left.len() >= 2, "the loop keeps two versions: {left:?}");
     for v in &left {

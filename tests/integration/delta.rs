@@ -230,8 +230,10 @@ async fn a_delta_save_refuses_steps_that_are_not_row_local_unless_delta_unsafe()
     assert!(
         session
             .catalog()
+            .await
             .expect("catalog")
             .list()
+            .await
             .expect("list")
             .is_empty()
     );

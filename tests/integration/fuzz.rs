@@ -170,10 +170,10 @@ async fn saved_dataset(root: &std::path::Path) -> (std::path::PathBuf, Vec<u8>) 
     )
     .await
     .expect("save");
-    let info = Catalog::open_async(root.to_path_buf())
+    let info = Catalog::open(root.to_path_buf())
         .await
         .expect("catalog")
-        .get_async("d", None)
+        .get("d", None)
         .await
         .expect("d");
     let path = std::fs::read_dir(&info.path)

@@ -49,7 +49,7 @@ async fn a_version_records_the_storage_and_dataset_versions_it_read() {
     let data = tempfile::tempdir().expect("data");
     write_files(data.path(), 5, |_| 32);
     let session = Session::with_settings(Settings::new().root(root.path()));
-    let catalog = session.catalog().expect("catalog");
+    let catalog = session.catalog().await.expect("catalog");
 
     let raw = session
         .from_storage(data.path().to_str().expect("utf8"))
@@ -58,7 +58,7 @@ async fn a_version_records_the_storage_and_dataset_versions_it_read() {
         .expect("save raw");
     let want_storage = storage(&file_uri(data.path()));
     assert_eq!(
-        catalog.lineage("raw", None).expect("lineage"),
+        catalog.lineage("raw", None).await.expect("lineage"),
         vec![want_storage.clone()]
     );
 
@@ -72,7 +72,10 @@ async fn a_version_records_the_storage_and_dataset_versions_it_read() {
         .save("values")
         .await
         .expect("save values");
-    assert_eq!(catalog.lineage("values", None).expect("lineage"), vec![]);
+    assert_eq!(
+        catalog.lineage("values", None).await.expect("lineage"),
+        vec![]
+    );
     let joined = Chain::from_parquet(table.to_str().expect("utf8"))
         .in_session(Arc::clone(&session))
         .join(
@@ -89,6 +92,7 @@ async fn a_version_records_the_storage_and_dataset_versions_it_read() {
         .expect("save joined");
     let got = catalog
         .lineage("joined", Some(joined.version))
+        .await
         .expect("lineage");
     assert_eq!(got.len(), 2, "{got:?}");
     assert!(got.contains(&dataset("values", values.version)), "{got:?}");
@@ -112,7 +116,7 @@ async fn a_version_records_the_storage_and_dataset_versions_it_read() {
         .await
         .expect("save both");
     assert_eq!(
-        catalog.lineage("both", None).expect("lineage"),
+        catalog.lineage("both", None).await.expect("lineage"),
         vec![dataset("raw", raw2.version), dataset("raw", raw.version)]
     );
 
@@ -131,7 +135,7 @@ async fn a_version_records_the_storage_and_dataset_versions_it_read() {
     ))
     .await
     .expect("script");
-    let got = catalog.lineage("sql_made", None).expect("lineage");
+    let got = catalog.lineage("sql_made", None).await.expect("lineage");
     assert_eq!(got.first(), Some(&want_storage), "{got:?}");
     for want in [dataset("values", values.version), dataset("raw", 1)] {
         assert!(got.contains(&want), "{want:?} not in {got:?}");
@@ -144,9 +148,12 @@ async fn a_version_records_the_storage_and_dataset_versions_it_read() {
     assert_eq!(got.len(), 4, "each source once: {got:?}");
 
     // Removing a version removes its lineage; the others keep theirs.
-    catalog.remove("both", None).expect("rm");
-    assert!(catalog.lineage("both", None).is_err());
-    assert_eq!(catalog.lineage("raw", Some(1)).expect("kept").len(), 1);
+    catalog.remove("both", None).await.expect("rm");
+    assert!(catalog.lineage("both", None).await.is_err());
+    assert_eq!(
+        catalog.lineage("raw", Some(1)).await.expect("kept").len(),
+        1
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -162,8 +169,10 @@ async fn lineage_of_an_s3_listing_holds_no_credential() {
         .expect("save");
     let got = session
         .catalog()
+        .await
         .expect("catalog")
         .lineage("imgs", None)
+        .await
         .expect("lineage");
     assert_eq!(got, vec![storage("s3://bucket/imgs")]);
     let bytes = std::fs::read(root.path().join("catalog.sqlite")).expect("catalog");
@@ -201,15 +210,21 @@ async fn a_catalog_of_the_previous_schema_is_upgraded_keeping_its_versions() {
             .expect("seq");
     }
 
-    let catalog = Catalog::open(root.path()).expect("open upgrades");
+    let catalog = Catalog::open(root.path()).await.expect("open upgrades");
     let conn = rusqlite::Connection::open(root.path().join("catalog.sqlite")).expect("db");
     let at: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .expect("user_version");
     assert_eq!(at, 1);
-    let old = catalog.get("old", None).expect("the old version is kept");
+    let old = catalog
+        .get("old", None)
+        .await
+        .expect("the old version is kept");
     assert_eq!((old.version, old.rows, old.created), (3, 4, 1_700_000_000));
-    assert_eq!(catalog.lineage("old", None).expect("none recorded"), vec![]);
+    assert_eq!(
+        catalog.lineage("old", None).await.expect("none recorded"),
+        vec![]
+    );
     let session = Session::with_settings(Settings::new().root(root.path()));
     let rows: Vec<Item> = session.from_dataset("old").to_rows().await.expect("read");
     assert_eq!(rows, items(4));
@@ -218,12 +233,12 @@ async fn a_catalog_of_the_previous_schema_is_upgraded_keeping_its_versions() {
     let next = session.from_dataset("old").save("old").await.expect("save");
     assert_eq!(next.version, 4);
     assert_eq!(
-        catalog.lineage("old", None).expect("lineage"),
+        catalog.lineage("old", None).await.expect("lineage"),
         vec![dataset("old", 3)]
     );
     // Opening again is a no-op.
-    drop(Catalog::open(root.path()).expect("reopen"));
-    assert_eq!(catalog.list().expect("list").len(), 2);
+    drop(Catalog::open(root.path()).await.expect("reopen"));
+    assert_eq!(catalog.list().await.expect("list").len(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -418,8 +418,10 @@ async fn ui_query_box_runs_one_select_only() {
 
 async fn catalog_names(root: &Path) -> Vec<String> {
     udfchain::Catalog::open(root)
+        .await
         .expect("catalog")
         .list()
+        .await
         .expect("list")
         .into_iter()
         .map(|i| i.name)

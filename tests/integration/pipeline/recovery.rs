@@ -12,8 +12,8 @@ use super::{cli_setup, csv_config, csv_files, session, udfchain};
 
 /// A failing hook stops the run with an error naming the trigger and the
 /// exit status; the trigger stays pending and a rerun retries it.
-#[test]
-fn a_failing_hook_stops_the_pipeline_and_a_rerun_retries_it() {
+#[tokio::test]
+async fn a_failing_hook_stops_the_pipeline_and_a_rerun_retries_it() {
     let dir = tempfile::tempdir().expect("dir");
     let root = dir.path().join("root");
     let flag = dir.path().join("fail");
@@ -50,8 +50,10 @@ fn a_failing_hook_stops_the_pipeline_and_a_rerun_retries_it() {
     assert_eq!(ids, vec![1, 2, 3]);
     let datasets = session(&root)
         .catalog()
+        .await
         .expect("catalog")
         .list()
+        .await
         .expect("list");
     assert_eq!(
         datasets
@@ -67,8 +69,8 @@ fn a_failing_hook_stops_the_pipeline_and_a_rerun_retries_it() {
 /// the hooks of triggers 1 and 3) and run again: every trigger is recorded
 /// exactly once, none is printed twice, and each set equals the one an
 /// uninterrupted run computes, key by key and in order.
-#[test]
-fn kill_9_and_rerun_repeat_and_lose_no_trigger() {
+#[tokio::test]
+async fn kill_9_and_rerun_repeat_and_lose_no_trigger() {
     let dir = tempfile::tempdir().expect("dir");
     let root = dir.path().join("root");
     let log = dir.path().join("hook.log");
@@ -174,8 +176,10 @@ fn kill_9_and_rerun_repeat_and_lose_no_trigger() {
     }
     let datasets = session(&root)
         .catalog()
+        .await
         .expect("catalog")
         .list()
+        .await
         .expect("list");
     let mut names: Vec<(String, u32)> = datasets.into_iter().map(|d| (d.name, d.version)).collect();
     names.sort();

@@ -235,8 +235,10 @@ selection: {{strategy: new_data, maximum_keys_in_memory: 8, tail_triggers: 0}}
         assert!(
             session
                 .catalog()
+                .await
                 .expect("catalog")
                 .get("imgs-trigger-2", None)
+                .await
                 .is_err()
         );
         // The file column reads each sample's bytes, as the loader does.

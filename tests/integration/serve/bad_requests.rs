@@ -243,10 +243,10 @@ async fn an_altered_or_stale_ticket_never_reads_another_requests_rows() {
 
     // A ticket pins its version: once da v1 is removed and a new da saved, the
     // old ticket (its stream closed) is NotFound, not the new version's rows.
-    let catalog = udfchain::Catalog::open(root.path()).expect("catalog");
-    catalog.remove("da", Some(1)).expect("rm da 1");
+    let catalog = udfchain::Catalog::open(root.path()).await.expect("catalog");
+    catalog.remove("da", Some(1)).await.expect("rm da 1");
     save_ids(&session, "da", 5000, 100).await;
-    assert_eq!(catalog.get("da", None).expect("da").version, 2);
+    assert_eq!(catalog.get("da", None).await.expect("da").version, 2);
     let s = status_of(partition(&mut c, ta).await.expect_err("removed version"));
     assert_eq!(s.code(), tonic::Code::NotFound, "{}", s.message());
     assert!(s.message().contains("no version 1"), "{}", s.message());

@@ -62,7 +62,7 @@ pub async fn run(
     settings: &Settings,
     out: &Printer,
 ) -> udfchain::Result<()> {
-    let catalog = Catalog::open_async(settings.get_root()).await?;
+    let catalog = Catalog::open(settings.get_root()).await?;
     match command {
         DatasetsCommand::Ls => {
             let runner = ScriptRunner::new(session);
@@ -76,10 +76,10 @@ pub async fn run(
             version,
             version_flag,
         } => {
-            let i = catalog.get_async(&name, version.or(version_flag)).await?;
-            let sources = catalog.lineage_async(&i.name, Some(i.version)).await?;
+            let i = catalog.get(&name, version.or(version_flag)).await?;
+            let sources = catalog.lineage(&i.name, Some(i.version)).await?;
             let versions: Vec<u32> = catalog
-                .list_async()
+                .list()
                 .await?
                 .into_iter()
                 .filter(|v| v.name == i.name)
@@ -125,11 +125,11 @@ pub async fn run(
             ))
         }
         DatasetsCommand::Rm { name, version } => {
-            let n = catalog.remove_async(&name, version).await?;
+            let n = catalog.remove(&name, version).await?;
             print::line(format_args!("removed {n} version(s) of {name}"))
         }
         DatasetsCommand::Gc => {
-            let removed = catalog.remove_stale_checkpoints_async().await?;
+            let removed = catalog.remove_stale_checkpoints().await?;
             let bytes: u64 = removed.iter().map(|r| r.bytes).sum();
             for r in &removed {
                 print::line(format_args!("removed {}", r.dir.display()))?;
