@@ -670,6 +670,34 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// `Settings::NAMES`, the names `set` matches and the table of
+    /// docs/settings.md are one list: every name is matched (no text makes
+    /// it "not a setting") and has its row, and every row names a setting.
+    #[test]
+    fn names_the_set_match_and_the_settings_doc_agree() {
+        for name in Settings::NAMES {
+            if let Err(e) = Settings::new().set(name, "\u{1}") {
+                assert!(
+                    !e.to_string().contains("is not a setting"),
+                    "{name} is in NAMES but set does not match it: {e}"
+                );
+            }
+        }
+        let doc = include_str!("../docs/settings.md");
+        let rows: Vec<&str> = doc
+            .split("| name | Rust builder |")
+            .nth(1)
+            .expect("the settings table")
+            .lines()
+            .skip(2)
+            .take_while(|l| l.starts_with("| `"))
+            .filter_map(|l| l.strip_prefix("| `")?.split('`').next())
+            .collect();
+        let mut want: Vec<&str> = Settings::NAMES.to_vec();
+        want.push("storage.<option>");
+        assert_eq!(rows, want, "docs/settings.md rows, in NAMES order");
+    }
+
     fn refused(name: &str, value: &str) -> String {
         match Settings::new().set(name, value) {
             Err(e @ crate::Error::Setting { .. }) => e.to_string(),

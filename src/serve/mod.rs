@@ -30,8 +30,8 @@ pub(crate) mod ticket;
 // the request size cap through `testing`).
 pub use flight::{FLIGHT_DATA_SIZE, STATS_ACTION};
 pub use readahead::{
-    DEFAULT_MAX_STREAMS, DEFAULT_MAX_STREAMS_PER_CLIENT, DEFAULT_MEMORY_LIMIT, ReadAheadStats,
-    ServeLimits,
+    DEFAULT_MAX_STREAMS, DEFAULT_MAX_STREAMS_PER_CLIENT, DEFAULT_MEMORY_LIMIT, READ_AHEAD_SHARE,
+    ReadAheadStats, ServeLimits,
 };
 pub use request::{
     FlightRequest, MAX_CONSUMERS, MAX_PARALLEL_REQUESTS, MAX_PARTITION_ROWS,

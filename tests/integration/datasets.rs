@@ -760,10 +760,14 @@ fn ticks_while_catalog_locked<F: std::future::Future<Output = ()>>(
     ticks.load(Ordering::SeqCst)
 }
 
-#[tokio::test]
-async fn catalog_work_never_blocks_the_async_runtime() {
+#[test]
+fn catalog_work_never_blocks_the_async_runtime() {
     let root = tempfile::tempdir().expect("root");
-    Catalog::open(root.path()).await.expect("create");
+    // Each measurement below runs on its own runtime: this test has none.
+    tokio::runtime::Runtime::new()
+        .expect("runtime")
+        .block_on(Catalog::open(root.path()))
+        .expect("create");
     let session = Session::with_settings(Settings::new().root(root.path()));
     let ticks = ticks_while_catalog_locked(root.path(), || async {
         let info = Chain::from_values_in(Arc::clone(&session), &items(3))
