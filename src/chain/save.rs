@@ -10,7 +10,7 @@
 //!
 //! Resumable: under `checkpoints = true` (the default) a save's map and
 //! batch_map UDFs keep their results in the checkpoint of (dataset name,
-//! logical plan) as they complete (`dataset/checkpoints.rs`, `plan/memo.rs`);
+//! logical plan) as they complete (`dataset/checkpoints.rs`, `plan/memo/`);
 //! the same save run again after a crash, a kill or an error answers the rows
 //! kept there without a call or a download, and computes the rest. The saved
 //! rows are those of an uninterrupted run (in the same order under `ordered =

@@ -1,7 +1,7 @@
 //! The checkpoints of saves under a root: `<root>/checkpoints/<dataset>-<hash>/`,
 //! one per (dataset name, plan) — the hash is of the save's logical plan, which
 //! names every UDF with its version — holding one memo dir per UDF (see
-//! `plan/checkpoint.rs` and `plan/memo.rs`).
+//! `plan/memo/`: `checkpoint.rs` and `udf_memo.rs`).
 //!
 //! Guarantees: a checkpoint is used by one process at a time (the owner lock
 //! of its dir, released by the OS when the process dies); a save that finds

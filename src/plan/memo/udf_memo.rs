@@ -6,7 +6,7 @@
 //! source, path, size, version, etag, last modified time and location, so a
 //! file that changed since the result was kept is called again. What else
 //! determines a result — the plan, the UDF's name, `version` and `on_error` —
-//! names the checkpoint dir (see `plan/checkpoint.rs`), so a memo only ever
+//! names the checkpoint dir (see `memo/checkpoint.rs`), so a memo only ever
 //! answers for the same UDF in the same plan.
 //!
 //! Guarantees:
