@@ -18,14 +18,6 @@
 ///   -> T` that rebuilds the node over a new one.
 macro_rules! exec_boilerplate {
     ($name:expr, leaf $(, $metrics:ident)?) => {
-        fn name(&self) -> &str {
-            $name
-        }
-
-        fn properties(&self) -> &std::sync::Arc<datafusion::physical_plan::PlanProperties> {
-            &self.properties
-        }
-
         fn children(&self) -> Vec<&std::sync::Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
             vec![]
         }
@@ -38,17 +30,9 @@ macro_rules! exec_boilerplate {
             Ok(self)
         }
 
-        $crate::util::exec_boilerplate::exec_boilerplate!(@common $($metrics)?);
+        $crate::util::exec_boilerplate::exec_boilerplate!(@common $name $(, $metrics)?);
     };
     ($name:expr, one_input $(, $metrics:ident)?) => {
-        fn name(&self) -> &str {
-            $name
-        }
-
-        fn properties(&self) -> &std::sync::Arc<datafusion::physical_plan::PlanProperties> {
-            &self.properties
-        }
-
         fn children(&self) -> Vec<&std::sync::Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
             vec![&self.input]
         }
@@ -64,9 +48,17 @@ macro_rules! exec_boilerplate {
             Ok(std::sync::Arc::new(self.with_input(children.swap_remove(0))))
         }
 
-        $crate::util::exec_boilerplate::exec_boilerplate!(@common $($metrics)?);
+        $crate::util::exec_boilerplate::exec_boilerplate!(@common $name $(, $metrics)?);
     };
-    (@common $($metrics:ident)?) => {
+    (@common $name:expr $(, $metrics:ident)?) => {
+        fn name(&self) -> &str {
+            $name
+        }
+
+        fn properties(&self) -> &std::sync::Arc<datafusion::physical_plan::PlanProperties> {
+            &self.properties
+        }
+
         fn apply_expressions(
             &self,
             _f: &mut dyn FnMut(
