@@ -16,7 +16,7 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/udfchain-target}"
 venv="${UDFCHAIN_VENV:-$HOME/.cache/udfchain-venv}"
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 "$venv/bin/pip" install -q --disable-pip-version-check maturin pytest pyarrow pandas "moto[server]" \
-    pillow numpy onnx onnxruntime playwright mypy
+    pillow numpy onnx onnxruntime playwright mypy cloudpickle
 export VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH"
 maturin develop -q -m python/Cargo.toml
 status=0

@@ -96,6 +96,8 @@ pub fn enter(abandon: &Abandon) -> Result<Running, Refused> {
 #[pyo3(signature = (timeout=10.0))]
 pub fn shutdown(py: Python<'_>, timeout: f64) {
     py.detach(|| {
+        // Cluster jobs of streams dropped just before the exit: cancelled.
+        crate::runtime::send_cancels();
         let deadline = Instant::now() + Duration::from_secs_f64(timeout.max(0.0));
         let mut s = state();
         s.closed = true;

@@ -22,6 +22,7 @@ use pyo3::types::PyBytes;
 use udfchain::{Chain, Diff, Session, Settings, Udf};
 
 use crate::arrow::{from_ipc, to_ipc};
+use crate::cluster::placed;
 use crate::error::to_py;
 use crate::expr::PyExpr;
 use crate::runtime::{drop_in_runtime, engine, wait};
@@ -320,7 +321,8 @@ impl PyChain {
 
     /// Adds a Python UDF of `kind` (map, gen, batch_map, agg) named `name`,
     /// reading `params`, writing the one field of `output` (an IPC schema).
-    #[pyo3(signature = (kind, name, params, output, invoke, partition_by=Vec::new()))]
+    /// `ship() -> bytes`: the UDF's code for cluster executors.
+    #[pyo3(signature = (kind, name, params, output, invoke, partition_by=Vec::new(), ship=None))]
     #[allow(clippy::too_many_arguments)]
     fn udf(
         &self,
@@ -331,15 +333,14 @@ impl PyChain {
         output: &[u8],
         invoke: Py<PyAny>,
         partition_by: Vec<String>,
+        ship: Option<Py<PyAny>>,
     ) -> PyResult<PyChain> {
         let info = InvokerInfo::of(invoke.bind(py))?;
-        let udf = Arc::new(PyUdf::new(
-            name,
-            params,
-            output_field(output)?,
-            Arc::new(invoke),
-            info,
-        ));
+        let mut udf = PyUdf::new(name, params, output_field(output)?, Arc::new(invoke), info);
+        if let Some(ship) = ship {
+            udf = udf.with_ship(ship);
+        }
+        let udf = Arc::new(udf);
         let c = self.chain.clone();
         Ok(of(match kind {
             "map" => c.udf(Udf::Map(udf)),
@@ -360,6 +361,7 @@ impl PyChain {
     fn collect<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
         let c = self.chain.clone();
         let (schema, batches) = wait(py, async move {
+            let c = placed(c).await?;
             let batches = c.collect().await?;
             let schema = match batches.first() {
                 Some(b) => b.schema(),
@@ -377,6 +379,7 @@ impl PyChain {
     fn stream(&self, py: Python<'_>) -> PyResult<ResultStream> {
         let c = self.chain.clone();
         let (schema, first, rest) = wait(py, async move {
+            let c = placed(c).await?;
             let mut s = c.stream().await?;
             let first = s.next().await.transpose()?;
             let schema = match &first {
@@ -395,14 +398,17 @@ impl PyChain {
 
     fn count(&self, py: Python<'_>) -> PyResult<usize> {
         let c = self.chain.clone();
-        wait(py, async move { c.count().await })?.map_err(to_py)
+        wait(py, async move { placed(c).await?.count().await })?.map_err(to_py)
     }
 
     /// One aggregate (an expression of `aggregate`) over every row, as an
     /// Arrow IPC stream of one row and one column.
     fn aggregate_value<'py>(&self, py: Python<'py>, agg: PyExpr) -> PyResult<Bound<'py, PyBytes>> {
         let c = self.chain.clone();
-        let value = wait(py, async move { c.aggregate_value(agg.expr).await })?.map_err(to_py)?;
+        let value = wait(py, async move {
+            placed(c).await?.aggregate_value(agg.expr).await
+        })?
+        .map_err(to_py)?;
         let array = value
             .to_array()
             .map_err(|e| to_py(udfchain::Error::from(e)))?;
@@ -423,13 +429,14 @@ impl PyChain {
 
     fn to_table_string(&self, py: Python<'_>, n: usize) -> PyResult<String> {
         let c = self.chain.clone();
-        wait(py, async move { c.to_table_string(n).await })?.map_err(to_py)
+        wait(py, async move { placed(c).await?.to_table_string(n).await })?.map_err(to_py)
     }
 
     #[pyo3(signature = (analyze=false))]
     fn explain(&self, py: Python<'_>, analyze: bool) -> PyResult<String> {
         let c = self.chain.clone();
         wait(py, async move {
+            let c = placed(c).await?;
             if analyze {
                 c.explain_analyze().await
             } else {
@@ -442,7 +449,7 @@ impl PyChain {
     /// Saves the rows as the next version of dataset `name`: (name, version, rows).
     fn save(&self, py: Python<'_>, name: String) -> PyResult<(String, u32, u64)> {
         let c = self.chain.clone();
-        let info = wait(py, async move { c.save(&name).await })?.map_err(to_py)?;
+        let info = wait(py, async move { placed(c).await?.save(&name).await })?.map_err(to_py)?;
         Ok((info.name, info.version, info.rows))
     }
 
@@ -459,7 +466,10 @@ impl PyChain {
         let link_type: udfchain::LinkType = link_type.parse().map_err(to_py)?;
         let c = self.chain.clone();
         let done = wait(py, async move {
-            c.to_storage(&output, &signal, placement, link_type).await
+            placed(c)
+                .await?
+                .to_storage(&output, &signal, placement, link_type)
+                .await
         })?
         .map_err(to_py)?;
         Ok((done.written, done.skipped))
@@ -467,7 +477,7 @@ impl PyChain {
 
     fn to_parquet(&self, py: Python<'_>, uri: String) -> PyResult<()> {
         let c = self.chain.clone();
-        wait(py, async move { c.to_parquet(&uri).await })?.map_err(to_py)
+        wait(py, async move { placed(c).await?.to_parquet(&uri).await })?.map_err(to_py)
     }
 }
 

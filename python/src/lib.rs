@@ -6,12 +6,14 @@
 //! lists, for plain types), `error`; `file` and `udf`
 //! (Python functions as engine UDFs, reading through the engine's file
 //! source); `expr`, `chain`, `sql` and `loader` (what Python builds and runs);
-//! `thumb` (native thumbnails for notebook display).
+//! `thumb` (native thumbnails for notebook display); `cluster` (the Python
+//! executor, and the cluster session a chain's `cluster` setting names).
 //! Everything here uses the engine's public API only.
 
 mod arrow;
 mod calls;
 mod chain;
+mod cluster;
 mod error;
 mod expr;
 mod file;
@@ -48,6 +50,10 @@ fn _internal(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(sql::register, m)?)?;
     m.add_function(wrap_pyfunction!(sql::function, m)?)?;
     m.add_function(wrap_pyfunction!(calls::shutdown, m)?)?;
+    m.add_function(wrap_pyfunction!(cluster::cluster_executor, m)?)?;
+    m.add_function(wrap_pyfunction!(cluster::cluster_scheduler, m)?)?;
+    m.add_function(wrap_pyfunction!(cluster::connect, m)?)?;
+    m.add_function(wrap_pyfunction!(cluster::version, m)?)?;
     m.add_function(wrap_pyfunction!(thumb::image_thumbnail_jpeg, m)?)?;
     Ok(())
 }

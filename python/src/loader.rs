@@ -18,6 +18,7 @@ use udfchain::loader::Loader;
 
 use crate::arrow::to_ipc;
 use crate::chain::PyChain;
+use crate::cluster::placed;
 use crate::error::to_py;
 use crate::runtime::{engine, wait};
 
@@ -36,6 +37,7 @@ impl PyLoader {
         worker=0, num_workers=0))]
     #[allow(clippy::too_many_arguments)]
     fn new(
+        py: Python<'_>,
         chain: Option<&PyChain>,
         dataset: Option<&str>,
         version: Option<u32>,
@@ -55,7 +57,11 @@ impl PyLoader {
     ) -> PyResult<Self> {
         engine()?;
         let mut l = match (chain, dataset, version) {
-            (Some(c), None, None) => Loader::from_chain(c.chain().clone()),
+            (Some(c), None, None) => {
+                // On its cluster when it names one (a chain runs when resolved).
+                let chain = c.chain().clone();
+                Loader::from_chain(wait(py, placed(chain))?.map_err(to_py)?)
+            }
             (None, Some(d), None) => Loader::from_dataset(d),
             (None, Some(d), Some(v)) => Loader::from_dataset_version(d, v),
             _ => {

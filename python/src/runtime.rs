@@ -4,7 +4,8 @@
 //! threads, and the engine's Python UDF calls, run meanwhile); it checks for
 //! signals every [`SIGNAL_CHECK`], so Ctrl-C drops the running future (which
 //! cancels the query, its UDF calls and downloads) and raises
-//! `KeyboardInterrupt` within that interval. The engine's threads (this
+//! `KeyboardInterrupt` within that interval, once a job it ran on a cluster
+//! was cancelled there (at most [`CANCEL_WAIT`]). The engine's threads (this
 //! runtime, its UDF pool) do not survive `fork()`: a process forked after the
 //! engine started in its parent gets a clear `RuntimeError` from every call,
 //! at once, instead of a hang; a process forked before that works.
@@ -16,9 +17,13 @@ use std::time::Duration;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use tokio::runtime::{Builder, Runtime};
+use udfchain::cluster::cancels_sent;
 
 /// How often a wait lets Python handle signals (Ctrl-C).
 const SIGNAL_CHECK: Duration = Duration::from_millis(100);
+/// How long an interrupted wait (or the exit) waits for the cancels of the
+/// cluster jobs it dropped to reach their schedulers.
+const CANCEL_WAIT: Duration = Duration::from_secs(5);
 
 /// The process the engine started in, set by the first call that used it.
 static STARTED_IN: OnceLock<u32> = OnceLock::new();
@@ -39,9 +44,10 @@ pub fn engine() -> PyResult<()> {
     )))
 }
 
+static RUNTIME: OnceLock<Result<Runtime, String>> = OnceLock::new();
+
 fn runtime() -> PyResult<&'static Runtime> {
     engine()?;
-    static RUNTIME: OnceLock<Result<Runtime, String>> = OnceLock::new();
     RUNTIME
         .get_or_init(|| {
             Builder::new_multi_thread()
@@ -64,7 +70,7 @@ where
 {
     let rt = runtime()?;
     py.detach(|| {
-        rt.block_on(async {
+        let out = rt.block_on(async {
             tokio::pin!(fut);
             loop {
                 tokio::select! {
@@ -74,8 +80,24 @@ where
                     }
                 }
             }
-        })
+        });
+        if out.is_err() {
+            // Interrupted: a job the dropped future ran on a cluster is
+            // cancelled there before the KeyboardInterrupt reaches Python
+            // (which may exit the process at once).
+            rt.block_on(cancels_sent(CANCEL_WAIT));
+        }
+        out
     })
+}
+
+/// Waits (at most [`CANCEL_WAIT`]) for the cluster cancels of dropped
+/// queries to reach their schedulers: at an interrupted wait, and at exit.
+/// Nothing when the runtime never started (or in a forked process).
+pub fn send_cancels() {
+    if let (Ok(()), Some(Ok(rt))) = (engine(), RUNTIME.get()) {
+        rt.block_on(cancels_sent(CANCEL_WAIT));
+    }
 }
 
 /// Drops `value` (a running query's stream) inside the runtime's context,

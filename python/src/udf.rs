@@ -17,7 +17,7 @@
 //! as an Arrow IPC stream and the output comes back as one.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
 use datafusion::arrow::array::{ArrayRef, RecordBatch};
@@ -30,7 +30,8 @@ use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 use udfchain::udfs::engine::current_source;
 use udfchain::udfs::{
-    Aggregator, BatchMapper, BoxError, CallError, Generator, Lifecycle, Mapper, Signature, UdfError,
+    Aggregator, BatchMapper, BoxError, CallError, Code, Generator, Lifecycle, Mapper, Signature,
+    UdfError,
 };
 
 use crate::arrow::{column_from_ipc, to_ipc};
@@ -51,6 +52,11 @@ pub struct PyUdf {
     info: InvokerInfo,
     /// `invoke.setup()` / `invoke.teardown()`, when `info.stateful`.
     life: Option<PyLife>,
+    /// `ship() -> bytes`: the UDF's code for cluster executors (`_ship.ship`
+    /// bound to the UDF's parts), asked once, when a plan first goes to a
+    /// cluster; `None` on an executor (its UDFs never travel on).
+    ship: Option<Arc<Py<PyAny>>>,
+    code: OnceLock<Result<Code, String>>,
 }
 
 /// What the engine asks of an invoker once, where the GIL is held.
@@ -229,7 +235,35 @@ impl PyUdf {
             invoke,
             info,
             life,
+            ship: None,
+            code: OnceLock::new(),
         }
+    }
+
+    /// Sends the UDF to cluster executors as what `ship()` returns.
+    pub fn with_ship(mut self, ship: Py<PyAny>) -> Self {
+        self.ship = Some(Arc::new(ship));
+        self
+    }
+
+    /// The UDF's code (see `ship`), pickled once.
+    fn code(&self) -> Result<Option<Code>, UdfError> {
+        let Some(ship) = &self.ship else {
+            return Ok(None);
+        };
+        let made = self.code.get_or_init(|| {
+            Python::attach(|py| match ship.bind(py).call0() {
+                Ok(b) => b
+                    .extract::<Vec<u8>>()
+                    .map(|bytes| Code {
+                        runtime: crate::cluster::RUNTIME.to_string(),
+                        bytes: bytes.into(),
+                    })
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(Self::failure(py, e).source.to_string()),
+            })
+        });
+        made.clone().map(Some).map_err(UdfError::Contract)
     }
 
     /// The error of a Python exception: `row` from a `UdfFailure` (the
@@ -360,6 +394,10 @@ impl Mapper for PyUdf {
     fn concurrency(&self) -> Option<usize> {
         self.info.concurrency
     }
+
+    fn code(&self) -> Result<Option<Code>, UdfError> {
+        PyUdf::code(self)
+    }
 }
 
 #[async_trait]
@@ -380,6 +418,10 @@ impl BatchMapper for PyUdf {
     fn concurrency(&self) -> Option<usize> {
         self.info.concurrency
     }
+
+    fn code(&self) -> Result<Option<Code>, UdfError> {
+        PyUdf::code(self)
+    }
 }
 
 #[async_trait]
@@ -399,6 +441,10 @@ impl Aggregator for PyUdf {
     fn concurrency(&self) -> Option<usize> {
         self.info.concurrency
     }
+
+    fn code(&self) -> Result<Option<Code>, UdfError> {
+        PyUdf::code(self)
+    }
 }
 
 impl Generator for PyUdf {
@@ -412,6 +458,10 @@ impl Generator for PyUdf {
 
     fn concurrency(&self) -> Option<usize> {
         self.info.concurrency
+    }
+
+    fn code(&self) -> Result<Option<Code>, UdfError> {
+        PyUdf::code(self)
     }
 
     /// The Python generator runs on a blocking thread and sends each chunk of
@@ -478,6 +528,8 @@ impl Generator for PyUdf {
             invoke: Arc::clone(&self.invoke),
             info: self.info,
             life: None,
+            ship: None,
+            code: OnceLock::new(),
         };
         stream::unfold(
             (rx, Some(thread), this, unwanted_when_dropped),

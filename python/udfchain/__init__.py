@@ -19,7 +19,7 @@ import atexit
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from . import _chain, _internal, _udf, functions
+from . import _chain, _internal, _udf, cluster, functions
 from ._chain import Chain
 from ._file import File
 from ._internal import (
@@ -57,6 +57,8 @@ __all__ = [
     "StorageError",
     "UdfError",
     "UdfchainError",
+    "cluster",
+    "connect",
     "dataset_info",
     "func",
     "functions",
@@ -75,6 +77,8 @@ __all__ = [
     "worker_pids",
 ]
 
+__version__ = _internal.version()
+
 # Before the interpreter finalizes: no engine thread may run Python after it.
 atexit.register(_internal.shutdown)
 
@@ -91,6 +95,20 @@ def C(name: str) -> Expr:
 def _source(inner: _internal.Chain, step: str, settings: Settings) -> Chain:
     c = Chain(inner, steps=(step,))
     return c.settings(**settings) if settings else c
+
+
+def connect(url: str | None, **settings: Unpack[Settings]) -> None:
+    """Runs every chain of this process on the cluster whose scheduler is at
+    `url` (`df://HOST:PORT`), with `settings` (e.g. `workers=4`) as the
+    defaults each chain starts from (its own settings override them, and
+    `settings(cluster="local")` runs one chain here). Checks now that the
+    scheduler answers (a `UdfchainError` naming it otherwise); `None` goes
+    back to local runs. Python UDFs run on Python executors
+    (`python -m udfchain cluster executor`, see `udfchain.cluster`)."""
+    if url is None:
+        _internal.connect([])
+        return
+    _internal.connect(_chain.setting_pairs({**settings, "cluster": url}))
 
 
 def _args(*args: object, **kw: object) -> str:

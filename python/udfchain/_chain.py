@@ -9,6 +9,7 @@ and stop at Ctrl-C.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -18,6 +19,7 @@ from . import _internal
 from ._file import files_of, is_file_type
 from ._internal import Expr, SettingError
 from ._pyarrow import pa
+from ._ship import ship
 from ._state import Life, Setups, _Udf, is_class_udf
 from ._udf import Invoker, invoker, output_type, params_of, schema_ipc, setup_params
 from ._workers import Remote, remote
@@ -523,13 +525,16 @@ class Chain:
         if name == "<lambda>":
             name = out_name
         setups = self._setups.names() if self._setups else frozenset()
+        bound = concurrency_of(concurrency)
         c = self._c.udf(
             kind,
             name,
             params_of(fn, params, setups),
             schema_ipc(out_name, t),
-            udf_invoker(fn, kind, t, self._processes, life, concurrency_of(concurrency), gpus),
+            udf_invoker(fn, kind, t, self._processes, life, bound, gpus),
             list(partition_by),
+            # Asked only when the chain runs on a cluster (see `_ship`).
+            functools.partial(ship, fn, kind, t, self._processes, life, bound, gpus),
         )
         if version is not None:
             c = c.version(version_of(version))

@@ -245,6 +245,12 @@ impl Chain {
         &self.session
     }
 
+    /// The settings the next UDF would capture (the session's, then every
+    /// `settings` call so far): e.g. the `cluster` a binding runs it on.
+    pub fn get_settings(&self) -> &Settings {
+        &self.settings
+    }
+
     /// Settings for the UDFs added after this call.
     pub fn settings(mut self, settings: Settings) -> Self {
         self.settings = self.settings.merge(&settings);

@@ -9,7 +9,8 @@
 //! no node's function registry needs them), and the physical `MapExec`,
 //! `GenerateExec`, `BatchMapExec`, `AggregateExec`, `PrefetchExec` and
 //! `ListingExec`. A UDF travels as its kind, name, params and output column
-//! (never its code), with the settings it was added with (prefetch, cache,
+//! (its code only when it has no name an executor can resolve: a Python
+//! function travels as its `Code`), with the settings it was added with (prefetch, cache,
 //! on_error, parallel, max_connections, batch_size, ordered, storage options,
 //! ...); an executor rebuilds it from its [`UdfRegistry`], and a name it does
 //! not have fails the task's decoding with [`Error::UnknownUdf`] naming the UDF
@@ -35,6 +36,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use ballista_core::serde::{BallistaLogicalExtensionCodec, BallistaPhysicalExtensionCodec};
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::arrow::ipc::reader::StreamReader;
@@ -49,7 +52,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion_proto::logical_plan::LogicalExtensionCodec;
 use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
 use serde::{Deserialize, Serialize};
-use udfchain_udfs::Signature;
+use udfchain_udfs::{Code, Signature};
 
 use super::exactly_once::one_read_per_map_output;
 use super::job_watch::{JobWatch, WatchExec};
@@ -178,6 +181,35 @@ struct WireUdf {
     types: Vec<u8>,
     partition_by: Vec<String>,
     settings: WireSettings,
+    /// The UDF's code, when it travels as code (a Python function).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    code: Option<WireCode>,
+}
+
+/// A UDF's [`Code`] on the wire: its runtime, its bytes in base64.
+#[derive(Serialize, Deserialize)]
+struct WireCode {
+    runtime: String,
+    bytes: String,
+}
+
+impl WireCode {
+    fn new(code: &Code) -> Self {
+        Self {
+            runtime: code.runtime.clone(),
+            bytes: BASE64.encode(&code.bytes),
+        }
+    }
+
+    fn code(&self) -> DfResult<Code> {
+        let bytes = BASE64
+            .decode(&self.bytes)
+            .map_err(|e| df(format!("the code of a {} UDF: {e}", self.runtime)))?;
+        Ok(Code {
+            runtime: self.runtime.clone(),
+            bytes: bytes.into(),
+        })
+    }
 }
 
 impl WireUdf {
@@ -197,7 +229,21 @@ impl WireUdf {
                 _ => vec![],
             },
             settings: WireSettings::new(settings),
+            code: kind
+                .code()
+                .map_err(|e| {
+                    DataFusionError::Execution(format!(
+                        "UDF {} cannot be sent to the cluster: {e}",
+                        sig.name
+                    ))
+                })?
+                .as_ref()
+                .map(WireCode::new),
         })
+    }
+
+    fn code(&self) -> DfResult<Option<Code>> {
+        self.code.as_ref().map(WireCode::code).transpose()
     }
 
     fn signature(&self) -> DfResult<Signature> {
@@ -431,8 +477,13 @@ impl LogicalExtensionCodec for LogicalCodec {
         let [input] = inputs else {
             return Err(df("a UDF node takes one input"));
         };
-        let kind = placeholder(&wire.kind, &wire.signature()?, &wire.partition_by)
-            .map_err(Error::into_df)?;
+        let kind = placeholder(
+            &wire.kind,
+            &wire.signature()?,
+            &wire.partition_by,
+            wire.code()?,
+        )
+        .map_err(Error::into_df)?;
         let node = UdfNode::try_new(input.clone(), kind, wire.settings.settings(None)?)
             .map_err(Error::into_df)?;
         Ok(Extension {
@@ -570,8 +621,15 @@ impl PhysicalCodec {
         match &self.registry {
             // Ballista reports a task's error with `{:?}`: keep it readable.
             Some(r) => {
+                let code = wire.code()?;
                 let kind = r
-                    .resolve(&wire.kind, &sig, &wire.partition_by, &self.node)
+                    .resolve(
+                        &wire.kind,
+                        &sig,
+                        &wire.partition_by,
+                        code.as_ref(),
+                        &self.node,
+                    )
                     .map_err(|e| DataFusionError::Execution(e.to_string()))?;
                 if kind.lifecycle().is_some() {
                     let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
@@ -581,7 +639,8 @@ impl PhysicalCodec {
                 }
                 Ok(kind)
             }
-            None => placeholder(&wire.kind, &sig, &wire.partition_by).map_err(Error::into_df),
+            None => placeholder(&wire.kind, &sig, &wire.partition_by, wire.code()?)
+                .map_err(Error::into_df),
         }
     }
 }
@@ -755,8 +814,15 @@ mod tests {
                 true,
             ),
         };
-        let kind = placeholder("map", &sig, &[]).expect("placeholder");
+        let code = Code {
+            runtime: "python".into(),
+            bytes: (0..=255u8).collect::<Vec<_>>().into(),
+        };
+        let kind = placeholder("map", &sig, &[], Some(code.clone())).expect("placeholder");
         let wire = WireUdf::new(&kind, &Settings::new()).expect("wire");
+        let json = serde_json::to_vec(&wire).expect("encode");
+        let wire: WireUdf = serde_json::from_slice(&json).expect("decode");
+        assert_eq!(wire.code().expect("code"), Some(code));
         let back = wire.signature().expect("signature");
         assert_eq!(back.name, "meta");
         assert_eq!(back.params, sig.params);

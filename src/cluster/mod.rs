@@ -37,6 +37,6 @@ pub use codec::{LogicalCodec, PhysicalCodec};
 pub use exactly_once::OneFinalTask;
 pub use executor::{Executor, ExecutorBuilder};
 pub use job::cancels_sent;
-pub use registry::UdfRegistry;
+pub use registry::{CodeLoader, UdfRegistry};
 pub use scheduler::{Scheduler, SchedulerBuilder};
 pub use spread::Spread;

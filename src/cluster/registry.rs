@@ -13,6 +13,13 @@
 //! (`image_decode[mode=RGB,resize=224x224/bilinear]`), which any executor reads back.
 //! Registered functions are rebuilt for the params and output column the plan
 //! names, so one registration serves every call of the UDF in any chain.
+//!
+//! A UDF that travels as [`Code`] (a Python function) is loaded by the loader
+//! registered for its runtime ([`UdfRegistry::register_runtime`]: a Python
+//! executor registers `python`); a node without one refuses it naming the
+//! runtime and how to start an executor that has it, and a loader's failure
+//! (a module the executor cannot import, a version mismatch) is the reason in
+//! the same [`Error::UnknownUdf`].
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -24,8 +31,8 @@ use futures::stream::BoxStream;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use udfchain_udfs::{
-    Aggregator, BatchMapper, BoxError, CallError, Generator, Mapper, Signature, UdfError, agg_fn,
-    batch_map_fn, gen_fn, map_fn,
+    Aggregator, BatchMapper, BoxError, CallError, Code, Generator, Mapper, Signature, UdfError,
+    agg_fn, batch_map_fn, gen_fn, map_fn,
 };
 
 use udfchain_udfs::builtins::image::{DecodeSpec, decode_udf};
@@ -36,15 +43,26 @@ use crate::plan::Udf;
 /// Builds a UDF for the params and output column a plan names.
 type Make = Arc<dyn Fn(&[&str], &str) -> Result<Udf, UdfError> + Send + Sync>;
 
-/// UDFs by name, with the kind each one is.
+/// Loads a UDF that travels as code: its kind (`map`, `gen`, `batch_map`,
+/// `agg`), the plan's signature and aggregate keys, and the code's bytes; the
+/// error is the reason the UDF cannot run here.
+pub type CodeLoader =
+    Arc<dyn Fn(&str, &Signature, &[String], &[u8]) -> Result<Udf, String> + Send + Sync>;
+
+/// UDFs by name, with the kind each one is, and the loaders of UDFs that
+/// travel as code, by runtime.
 #[derive(Clone, Default)]
 pub struct UdfRegistry {
     makers: BTreeMap<String, (&'static str, Make)>,
+    runtimes: BTreeMap<String, CodeLoader>,
 }
 
 impl fmt::Debug for UdfRegistry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_list().entries(self.makers.keys()).finish()
+        f.debug_struct("UdfRegistry")
+            .field("udfs", &self.makers.keys().collect::<Vec<_>>())
+            .field("runtimes", &self.runtimes.keys().collect::<Vec<_>>())
+            .finish()
     }
 }
 
@@ -181,6 +199,13 @@ impl UdfRegistry {
         self
     }
 
+    /// Loads the UDFs that travel as code of `runtime` (`"python"`) with
+    /// `load` (see [`CodeLoader`]).
+    pub fn register_runtime(mut self, runtime: &str, load: CodeLoader) -> Self {
+        self.runtimes.insert(runtime.to_string(), load);
+        self
+    }
+
     /// Every registered name.
     pub fn names(&self) -> Vec<String> {
         self.makers.keys().cloned().collect()
@@ -192,13 +217,15 @@ impl UdfRegistry {
     }
 
     /// The UDF of kind `kind` (`map`, `gen`, `batch_map`, `agg`) named
-    /// `sig.name`, built for `sig`'s params and output, carrying `sig`'s name.
-    /// `node` names this node in the error when the name is not registered.
+    /// `sig.name`, built for `sig`'s params and output, carrying `sig`'s name;
+    /// or, when it travels as `code`, loaded by its runtime's loader.
+    /// `node` names this node in the error when the UDF cannot run here.
     pub fn resolve(
         &self,
         kind: &str,
         sig: &Signature,
         partition_by: &[String],
+        code: Option<&Code>,
         node: &str,
     ) -> Result<Udf> {
         let unknown = |reason: String| Error::UnknownUdf {
@@ -206,6 +233,16 @@ impl UdfRegistry {
             node: node.to_string(),
             reason,
         };
+        if let Some(code) = code {
+            let Some(load) = self.runtimes.get(&code.runtime) else {
+                return Err(unknown(format!(
+                    "it is a {runtime} UDF and this node runs no {runtime} UDFs \
+                     (start the executors with `python -m udfchain cluster executor`)",
+                    runtime = code.runtime
+                )));
+            };
+            return load(kind, sig, partition_by, &code.bytes).map_err(unknown);
+        }
         let params: Vec<&str> = sig.params.iter().map(String::as_str).collect();
         // An image decoder travels as its spec, written in its name.
         if let (Some(spec), "map", [param]) = (DecodeSpec::from_name(&sig.name), kind, &params[..])
@@ -241,8 +278,16 @@ impl UdfRegistry {
 
 /// The UDF a plan names, on a node that plans but never runs UDFs (the
 /// scheduler): its signature, and an error if it is ever called.
-pub(crate) fn placeholder(kind: &str, sig: &Signature, partition_by: &[String]) -> Result<Udf> {
-    let p = Arc::new(Placeholder { sig: sig.clone() });
+pub(crate) fn placeholder(
+    kind: &str,
+    sig: &Signature,
+    partition_by: &[String],
+    code: Option<Code>,
+) -> Result<Udf> {
+    let p = Arc::new(Placeholder {
+        sig: sig.clone(),
+        code,
+    });
     Ok(match kind {
         "map" => Udf::Map(p),
         "gen" => Udf::Gen(p),
@@ -263,6 +308,8 @@ pub(crate) fn placeholder(kind: &str, sig: &Signature, partition_by: &[String]) 
 #[derive(Debug)]
 struct Placeholder {
     sig: Signature,
+    /// The UDF's code, passed on to the executors.
+    code: Option<Code>,
 }
 
 impl Placeholder {
@@ -280,6 +327,9 @@ impl Mapper for Placeholder {
     fn signature(&self) -> &Signature {
         &self.sig
     }
+    fn code(&self) -> Result<Option<Code>, UdfError> {
+        Ok(self.code.clone())
+    }
     async fn map(&self, _input: RecordBatch) -> Result<ArrayRef, CallError> {
         Err(self.fail())
     }
@@ -288,6 +338,9 @@ impl Mapper for Placeholder {
 impl Generator for Placeholder {
     fn signature(&self) -> &Signature {
         &self.sig
+    }
+    fn code(&self) -> Result<Option<Code>, UdfError> {
+        Ok(self.code.clone())
     }
     fn generate(
         &self,
@@ -304,6 +357,9 @@ impl BatchMapper for Placeholder {
     fn signature(&self) -> &Signature {
         &self.sig
     }
+    fn code(&self) -> Result<Option<Code>, UdfError> {
+        Ok(self.code.clone())
+    }
     async fn map_batch(&self, _input: RecordBatch) -> Result<ArrayRef, CallError> {
         Err(self.fail())
     }
@@ -313,6 +369,9 @@ impl BatchMapper for Placeholder {
 impl Aggregator for Placeholder {
     fn signature(&self) -> &Signature {
         &self.sig
+    }
+    fn code(&self) -> Result<Option<Code>, UdfError> {
+        Ok(self.code.clone())
     }
     async fn aggregate(&self, _group: RecordBatch) -> Result<ArrayRef, CallError> {
         Err(self.fail())
@@ -341,7 +400,7 @@ mod tests {
     fn a_registered_function_is_rebuilt_for_the_plan_under_its_name() {
         let r = UdfRegistry::new().register_map("double", double);
         let udf = r
-            .resolve("map", &sig("double", DataType::UInt64), &[], "exec 1")
+            .resolve("map", &sig("double", DataType::UInt64), &[], None, "exec 1")
             .expect("resolve");
         let s = udf.signature();
         assert_eq!((s.name.as_str(), s.output.name().as_str()), ("double", "y"));
@@ -353,7 +412,7 @@ mod tests {
     fn an_unknown_name_a_wrong_kind_or_type_names_the_udf_and_the_node() {
         let r = UdfRegistry::new().register_map("double", double);
         let err = |kind: &str, s: Signature| {
-            r.resolve(kind, &s, &[], "executor e1 at 10.0.0.1:50051")
+            r.resolve(kind, &s, &[], None, "executor e1 at 10.0.0.1:50051")
                 .expect_err("refused")
                 .to_string()
         };
@@ -367,10 +426,53 @@ mod tests {
         let typed = err("map", sig("double", DataType::Utf8));
         assert!(typed.contains("output type there is UInt64"), "{typed}");
         let empty = UdfRegistry::new()
-            .resolve("map", &sig("x", DataType::UInt64), &[], "n")
+            .resolve("map", &sig("x", DataType::UInt64), &[], None, "n")
             .expect_err("empty")
             .to_string();
         assert!(empty.ends_with("no UDF is registered there"), "{empty}");
+    }
+
+    #[test]
+    fn code_goes_to_its_runtimes_loader_and_a_node_without_one_names_it() {
+        let code = Code {
+            runtime: "python".into(),
+            bytes: b"pickled".to_vec().into(),
+        };
+        let s = sig("f", DataType::UInt64);
+        let none = UdfRegistry::with_builtins()
+            .resolve("map", &s, &[], Some(&code), "executor e1 at h:1")
+            .expect_err("no python runtime")
+            .to_string();
+        assert!(
+            none.contains("it is a python UDF and this node runs no python UDFs")
+                && none.contains("python -m udfchain cluster executor"),
+            "{none}"
+        );
+        let loader: CodeLoader = Arc::new(|kind, sig, _, bytes| {
+            if bytes != b"pickled" {
+                return Err(format!("cannot import module for {}", sig.name));
+            }
+            assert_eq!(kind, "map");
+            Ok(Udf::Map(Arc::new(Placeholder {
+                sig: sig.clone(),
+                code: None,
+            })))
+        });
+        let r = UdfRegistry::new().register_runtime("python", loader);
+        let udf = r.resolve("map", &s, &[], Some(&code), "n").expect("loaded");
+        assert_eq!(udf.signature().name, "f");
+        let bad = Code {
+            bytes: b"other".to_vec().into(),
+            ..code
+        };
+        let err = r
+            .resolve("map", &s, &[], Some(&bad), "executor e2 at h:2")
+            .expect_err("loader's error")
+            .to_string();
+        assert_eq!(
+            err,
+            "UDF f is not available on executor e2 at h:2: cannot import module for f"
+        );
     }
 
     #[test]

@@ -7,8 +7,9 @@
 //! by batch when it reads no file) below the UDF's `PrefetchExec` (or below the
 //! UDF when it prefetches nothing), which Ballista turns into a stage boundary:
 //! each of the N partitions is a task of its own, with its own prefetch window.
-//! Aggregates are left alone: they need all rows of a key in one partition,
-//! sorted. Operators above that need one partition (a sort, a single-mode
+//! Aggregates are not spread: they need all rows of a key in one partition,
+//! sorted, so the partitions of a spread UDF below one are merged again (by
+//! the sort below it when it has keys). Operators above that need one partition (a sort, a single-mode
 //! aggregate, a global limit) get the partitions merged again. Output order
 //! across partitions is not kept (`order_by` to sort). Not handled: an
 //! operator above requiring hash partitioning (a partitioned join) of the
@@ -67,6 +68,33 @@ fn single_where_required(
     )?))
 }
 
+/// An aggregate over one partition of every row: below it (below its
+/// `PrefetchExec` when it has one) a spread UDF may have made several; with
+/// keys, the sort below already merged them.
+fn merged_below_aggregate(
+    node: Arc<dyn ExecutionPlan>,
+    prefetched: bool,
+) -> DfResult<Transformed<Arc<dyn ExecutionPlan>>> {
+    if !prefetched {
+        return single_where_required(node);
+    }
+    let Some(prefetch) = node.children().first().map(|c| Arc::clone(c)) else {
+        return Ok(Transformed::no(node));
+    };
+    let Some(below) = prefetch.children().first().map(|c| Arc::clone(c)) else {
+        return Ok(Transformed::no(node));
+    };
+    if below.output_partitioning().partition_count() <= 1 {
+        return Ok(Transformed::no(node));
+    }
+    let merged: Arc<dyn ExecutionPlan> = Arc::new(CoalescePartitionsExec::new(below));
+    let prefetch = replace_children_if_necessary(prefetch, vec![merged])?;
+    Ok(Transformed::yes(replace_children_if_necessary(
+        node,
+        vec![prefetch],
+    )?))
+}
+
 /// The physical optimizer rule of cluster sessions (see the module header).
 #[derive(Debug, Default)]
 pub struct Spread;
@@ -81,8 +109,11 @@ impl PhysicalOptimizerRule for Spread {
             let Some(parts) = udf_exec_parts(node.as_ref()) else {
                 return single_where_required(node);
             };
+            if matches!(parts.kind, Udf::Agg { .. }) {
+                return merged_below_aggregate(node, parts.prefetched);
+            }
             let workers = parts.settings.get_workers();
-            if workers <= 1 || matches!(parts.kind, Udf::Agg { .. }) {
+            if workers <= 1 {
                 return Ok(Transformed::no(node));
             }
             let Some(child) = node.children().first().map(|c| Arc::clone(c)) else {

@@ -50,7 +50,7 @@ pub use error::{BoxError, CallError, UdfError};
 pub use file::{File, FileReader, FileSource, Member, RemoteReader};
 pub use signature::Signature;
 pub use udf::{
-    Aggregator, BatchMapper, EachRow, Generator, Lifecycle, Mapper, State, Stateful, agg_fn,
+    Aggregator, BatchMapper, Code, EachRow, Generator, Lifecycle, Mapper, State, Stateful, agg_fn,
     agg_with, batch_map_fn, batch_map_with, gen_fn, gen_with, map_fn, map_with,
 };
 pub use url_file::FileFromUrl;

@@ -21,7 +21,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, RecordBatch};
+use datafusion::arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
 use datafusion::arrow::compute::{concat_batches, partition};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::row::{OwnedRow, RowConverter, SortField};
@@ -144,8 +144,13 @@ impl UdfKind for Aggregate {
                         return Done::dropped(Vec::new());
                     }
                     let keys = group.project(&key_idx)?;
-                    let repeated =
-                        RecordBatch::try_new(keys.schema(), repeat_row(&keys, 0, values.len())?)?;
+                    // No keys (one group of every row): a batch of no column
+                    // says its row count itself.
+                    let repeated = RecordBatch::try_new_with_options(
+                        keys.schema(),
+                        repeat_row(&keys, 0, values.len())?,
+                        &RecordBatchOptions::new().with_row_count(Some(values.len())),
+                    )?;
                     Done::rows(append_column(&part.schema, &repeated, values)?)
                 }
             });

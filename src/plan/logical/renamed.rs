@@ -15,7 +15,8 @@ use datafusion::arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
 use datafusion::arrow::datatypes::{Field, Schema};
 use futures::stream::BoxStream;
 use udfchain_udfs::{
-    Aggregator, BatchMapper, CallError, EachRow, Generator, Lifecycle, Mapper, Signature,
+    Aggregator, BatchMapper, CallError, Code, EachRow, Generator, Lifecycle, Mapper, Signature,
+    UdfError,
 };
 
 use super::Udf;
@@ -134,6 +135,9 @@ impl Mapper for Named<dyn Mapper> {
     fn concurrency(&self) -> Option<usize> {
         self.inner.concurrency()
     }
+    fn code(&self) -> Result<Option<Code>, UdfError> {
+        self.inner.code()
+    }
 }
 
 impl Generator for Named<dyn Generator> {
@@ -153,6 +157,9 @@ impl Generator for Named<dyn Generator> {
     fn concurrency(&self) -> Option<usize> {
         self.inner.concurrency()
     }
+    fn code(&self) -> Result<Option<Code>, UdfError> {
+        self.inner.code()
+    }
 }
 
 #[async_trait]
@@ -169,6 +176,9 @@ impl BatchMapper for Named<dyn BatchMapper> {
     fn concurrency(&self) -> Option<usize> {
         self.inner.concurrency()
     }
+    fn code(&self) -> Result<Option<Code>, UdfError> {
+        self.inner.code()
+    }
 }
 
 #[async_trait]
@@ -184,5 +194,8 @@ impl Aggregator for Named<dyn Aggregator> {
     }
     fn concurrency(&self) -> Option<usize> {
         self.inner.concurrency()
+    }
+    fn code(&self) -> Result<Option<Code>, UdfError> {
+        self.inner.code()
     }
 }

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use udfchain_udfs::{
-    Aggregator, BatchMapper, BoxError, Generator, Lifecycle, Mapper, Signature, Stateful, UdfError,
-    agg_fn, batch_map_fn, gen_fn, map_fn,
+    Aggregator, BatchMapper, BoxError, Code, Generator, Lifecycle, Mapper, Signature, Stateful,
+    UdfError, agg_fn, batch_map_fn, gen_fn, map_fn,
 };
 
 /// A UDF of one of the four kinds.
@@ -133,6 +133,17 @@ impl Udf {
             Self::Gen(u) => u.concurrency(),
             Self::BatchMap(u) => u.concurrency(),
             Self::Agg { udf, .. } => udf.concurrency(),
+        }
+    }
+
+    /// The UDF's code, when it travels to a cluster as code instead of by
+    /// name (a Python function); an error when it cannot be sent.
+    pub fn code(&self) -> Result<Option<Code>, UdfError> {
+        match self {
+            Self::Map(u) => u.code(),
+            Self::Gen(u) => u.code(),
+            Self::BatchMap(u) => u.code(),
+            Self::Agg { udf, .. } => udf.code(),
         }
     }
 

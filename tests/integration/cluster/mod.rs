@@ -174,6 +174,14 @@ async fn kinds(session: &Arc<Session>) -> BTreeMap<&'static str, Vec<String>> {
         .await
         .expect("agg");
     out.insert("agg", rows(agg));
+    // No keys: one group of every row, above a UDF the cluster spreads.
+    let whole = src()
+        .map("meta", meta)
+        .agg(&[], &["file"], "total", total)
+        .collect()
+        .await
+        .expect("agg of every row");
+    out.insert("agg_all", rows(whole));
     out
 }
 

@@ -23,7 +23,7 @@ async fn a_scheduler_and_two_executor_processes_give_the_local_rows() {
     let remote = tokio::time::timeout(Duration::from_secs(300), kinds(&session))
         .await
         .expect("the cluster runs finish");
-    for kind in ["map", "gen", "batch_map", "agg"] {
+    for kind in ["map", "gen", "batch_map", "agg", "agg_all"] {
         assert_eq!(remote[kind], local[kind], "{kind}: cluster rows differ");
     }
     // workers = 2 spread a UDF's partitions over both executors: some job

@@ -14,6 +14,7 @@ async fn every_udf_kind_with_prefetch_gives_the_local_rows_in_process() {
     let local = kinds(&server.session()).await;
     assert_eq!(local["map"].len(), 24);
     assert_eq!(local["agg"].len(), 3);
+    assert_eq!(local["agg_all"].len(), 1);
     assert!(local["gen"].len() > 10, "{:?}", local["gen"]);
     let cluster = Session::standalone(server.settings().workers(2), registry(), 2)
         .await
@@ -21,7 +22,7 @@ async fn every_udf_kind_with_prefetch_gives_the_local_rows_in_process() {
     let remote = tokio::time::timeout(Duration::from_secs(240), kinds(&cluster))
         .await
         .expect("the cluster runs finish");
-    for kind in ["map", "gen", "batch_map", "agg"] {
+    for kind in ["map", "gen", "batch_map", "agg", "agg_all"] {
         assert_eq!(remote[kind], local[kind], "{kind}: cluster rows differ");
     }
 }

@@ -9,7 +9,7 @@ use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::Lifecycle;
+use super::{Code, Lifecycle};
 use crate::codec::{decode_rows, encode_column};
 use crate::error::{BoxError, CallError, UdfError};
 use crate::signature::Signature;
@@ -35,6 +35,13 @@ pub trait Generator: Send + Sync + Debug {
     /// says (besides the run's `parallel`).
     fn concurrency(&self) -> Option<usize> {
         None
+    }
+
+    /// The UDF's code, when it travels to cluster executors as code instead
+    /// of by name (a Python function; see [`Code`]). Asked when a plan is
+    /// sent to a cluster; an error fails that query.
+    fn code(&self) -> Result<Option<Code>, UdfError> {
+        Ok(None)
     }
 }
 

@@ -7,12 +7,14 @@
 
 mod aggregator;
 mod batch_mapper;
+mod code;
 mod generator;
 mod lifecycle;
 mod mapper;
 
 pub use aggregator::{Aggregator, agg_fn};
 pub use batch_mapper::{BatchMapper, batch_map_fn};
+pub use code::Code;
 pub use generator::{Generator, gen_fn};
 pub use lifecycle::{Lifecycle, State, Stateful, agg_with, batch_map_with, gen_with, map_with};
 pub use mapper::{EachRow, Mapper, map_fn};
