@@ -5,6 +5,8 @@
 //!   served, and its added latency ([`Latency`]) and bandwidth cap.
 //! - `stores.rs`: `object_store` wrappers that count GETs ([`CountingStore`])
 //!   or inject delays and failures ([`FaultyStore`]).
+//! - `child.rs`: one ignored test run as a child process, and its peak
+//!   resident memory ([`run_child_test`], [`child_peak_rss`]).
 //! - `fixtures.rs`: deterministic file contents and small helpers for scripts,
 //!   tables, CLI output and temp dirs.
 //!
@@ -15,10 +17,12 @@
 
 #![warn(missing_docs)]
 
+mod child;
 mod fixtures;
 mod s3_server;
 mod stores;
 
+pub use child::{child_peak_rss, peak_rss, report_peak_rss, run_child_test};
 pub use fixtures::{
     content, disk_bytes, golden, last_table, no_prefetch_dirs_soon, prefetch_dirs, put_files,
     remote_view, runner, stdout_ok, write_files,
