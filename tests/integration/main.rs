@@ -18,6 +18,7 @@ mod loader;
 mod on_error;
 mod pipeline;
 mod prefetch;
+mod pressure;
 mod progress;
 mod redaction;
 mod relational;
