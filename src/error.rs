@@ -288,7 +288,9 @@ fn cause_heals(e: &(dyn std::error::Error + 'static)) -> Option<bool> {
                 | K::InvalidInput
                 | K::InvalidData
                 | K::Unsupported
-                | K::AlreadyExists => return Some(false),
+                | K::AlreadyExists
+                | K::StorageFull
+                | K::QuotaExceeded => return Some(false),
                 // `io::Error::other(e)` says nothing itself: `e` may.
                 K::Other => {
                     cause = io
@@ -302,6 +304,30 @@ fn cause_heals(e: &(dyn std::error::Error + 'static)) -> Option<bool> {
         cause = e.source();
     }
     generic.then_some(true)
+}
+
+/// Whether `e`, or an error it carries, is a full disk (ENOSPC) or an
+/// exhausted quota (EDQUOT).
+pub(crate) fn is_disk_full(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(e);
+    while let Some(e) = cause {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind as K;
+            if matches!(io.kind(), K::StorageFull | K::QuotaExceeded) {
+                return true;
+            }
+            if let Some(inner) = io.get_ref() {
+                cause = Some(inner as &(dyn std::error::Error + 'static));
+                continue;
+            }
+        }
+        if let Some(Error::Io { source, .. }) = e.downcast_ref::<Error>() {
+            cause = Some(source.as_ref() as &(dyn std::error::Error + 'static));
+            continue;
+        }
+        cause = e.source();
+    }
+    false
 }
 
 /// Finds a udfchain error carried anywhere inside a DataFusion error.

@@ -16,6 +16,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// The share of the space available under the temp dir when a run starts
+/// that prefetched files may take there, without `temp_dir_limit`.
+pub const DEFAULT_TEMP_DIR_SHARE: f64 = 0.5;
 /// `Settings::memory_file_limit` default: files up to 1 MiB are prefetched into memory.
 pub const DEFAULT_MEMORY_FILE_LIMIT: u64 = 1 << 20;
 
@@ -136,6 +139,7 @@ pub struct Settings {
     root: Option<PathBuf>,
     memory_limit: Option<usize>,
     memory_file_limit: Option<u64>,
+    temp_dir_limit: Option<u64>,
     progress: Option<bool>,
     cluster: Option<String>,
     cluster_executor_timeout: Option<Duration>,
@@ -173,6 +177,7 @@ impl std::fmt::Debug for Settings {
             .field("root", &self.root)
             .field("memory_limit", &self.memory_limit)
             .field("memory_file_limit", &self.memory_file_limit)
+            .field("temp_dir_limit", &self.temp_dir_limit)
             .field("progress", &self.progress)
             .field("cluster", &self.cluster)
             .field("cluster_executor_timeout", &self.cluster_executor_timeout)
@@ -265,6 +270,21 @@ impl Settings {
         self.memory_file_limit.unwrap_or(DEFAULT_MEMORY_FILE_LIMIT)
     }
 
+    /// The bytes prefetched files may take on disk under the root's temp dir,
+    /// across every prefetch of the process using that root (default: a
+    /// share, [`DEFAULT_TEMP_DIR_SHARE`], of the space available there when a
+    /// run starts). A file that does not fit beside the ones held is not
+    /// copied: its UDF reads it from the store, streamed.
+    pub fn temp_dir_limit(mut self, bytes: u64) -> Self {
+        self.temp_dir_limit = Some(bytes);
+        self
+    }
+
+    /// `temp_dir_limit` (`None`: the default share of the available space).
+    pub fn get_temp_dir_limit(&self) -> Option<u64> {
+        self.temp_dir_limit
+    }
+
     /// What a UDF error does (default [`OnError::Fail`]).
     pub fn on_error(mut self, policy: OnError) -> Self {
         self.on_error = Some(policy);
@@ -314,6 +334,7 @@ impl Settings {
         "root",
         "memory_limit",
         "memory_file_limit",
+        "temp_dir_limit",
         "progress",
         "cluster",
         "cluster_executor_timeout",
@@ -392,6 +413,7 @@ impl Settings {
                     .map_err(|_| bad("a size in bytes this machine can address"))?,
             ),
             "memory_file_limit" => self.memory_file_limit(size(0)?),
+            "temp_dir_limit" => self.temp_dir_limit(size(0)?),
             "progress" => self.progress(boolean()?),
             "checkpoints" if v.eq_ignore_ascii_case("fresh") => self.fresh_checkpoints(),
             "checkpoints" => self.checkpoints(
@@ -531,6 +553,7 @@ impl Settings {
             root,
             memory_limit,
             memory_file_limit,
+            temp_dir_limit,
             progress,
             cluster,
             cluster_executor_timeout,

@@ -278,7 +278,8 @@ class Chain:
         - max_connections: int (128): downloads in flight per operator
         - on_error: "fail", "skip" or "null" ("fail")
         - root: a directory ($UDFCHAIN_ROOT, else ./.udfchain)
-        - memory_limit, memory_file_limit: sizes (none, "1m")
+        - memory_limit, memory_file_limit, temp_dir_limit: sizes (none, "1m",
+          half the space free under the root's tmp when a run starts)
         - progress: bool (False)
         - cluster: "df://HOST:PORT" (local); cluster_executor_timeout: "60s"
         - checkpoints: True, False or "fresh" (True): saves resume from their checkpoint

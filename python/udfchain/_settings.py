@@ -21,7 +21,7 @@ class Settings(TypedDict, total=False):
     none, parallel the number of cores (or `processes`), workers 1,
     batch_size 1000, ordered True, max_connections 128, on_error "fail",
     root $UDFCHAIN_ROOT or ./.udfchain, memory_limit none, memory_file_limit
-    "1m", progress False, cluster local, cluster_executor_timeout "60s",
+    "1m", temp_dir_limit half the space free under the root's tmp at a run's start, progress False, cluster local, cluster_executor_timeout "60s",
     checkpoints True, delta_unsafe False, max_image_pixels 178956970,
     storage from the environment, processes None (in-process).
     """
@@ -38,6 +38,7 @@ class Settings(TypedDict, total=False):
     root: str | os.PathLike[str] | None
     memory_limit: int | str | None
     memory_file_limit: int | str | None
+    temp_dir_limit: int | str | None
     progress: bool | None
     cluster: str | None
     cluster_executor_timeout: str | None

@@ -2,9 +2,11 @@
 //! and the shared persistent cache (`cache = true`), whose entries a prefetch
 //! window pins for its rows; and [`StoreSource`], the `FileSource` UDFs read
 //! through, which prefers those local copies.
+pub mod disk_budget;
 pub mod shared;
 pub mod store_source;
 pub mod temp;
+pub use disk_budget::{DiskBudget, DiskReservation};
 pub use shared::{CacheUsage, PinnedEntry, SharedCache};
 pub use store_source::{LocalCopies, Reach, StoreSource};
 pub use temp::TempCache;

@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use udfchain_udfs::File;
 
-use crate::cache::{LocalCopies, file_key};
+use crate::cache::{DiskReservation, LocalCopies, file_key};
 use crate::error::{Error, Result};
 use crate::util::lock::lock;
 use crate::util::owner::{self, OwnerLock};
@@ -48,6 +48,8 @@ pub struct TempCache {
 struct Entry {
     copy: TempCopy,
     refs: usize,
+    /// The disk space a copy on disk took (released with the entry).
+    _disk: Option<DiskReservation>,
 }
 
 /// Where a prefetched file is held.
@@ -126,17 +128,18 @@ impl TempCache {
         self.dir.join(format!("{n}.{ext}"))
     }
 
-    /// Registers a complete download of `file` at `path` for one more row.
-    pub fn insert(&self, file: &File, path: PathBuf) {
-        self.hold(file, TempCopy::Disk(path));
+    /// Registers a complete download of `file` at `path` for one more row,
+    /// with the disk space it took (released when the copy is deleted).
+    pub fn insert(&self, file: &File, path: PathBuf, disk: Option<DiskReservation>) {
+        self.hold(file, TempCopy::Disk(path), disk);
     }
 
     /// Registers the complete bytes of `file`, held in memory, for one more row.
     pub fn insert_bytes(&self, file: &File, bytes: bytes::Bytes) {
-        self.hold(file, TempCopy::Memory(bytes));
+        self.hold(file, TempCopy::Memory(bytes), None);
     }
 
-    fn hold(&self, file: &File, copy: TempCopy) {
+    fn hold(&self, file: &File, copy: TempCopy, disk: Option<DiskReservation>) {
         let mut entries = lock(&self.entries);
         match entries.entry(file_key(file)) {
             Slot::Occupied(mut held) => {
@@ -144,7 +147,10 @@ impl TempCache {
                 e.refs += 1;
                 match (&copy, &e.copy) {
                     // Rows whose download failed wait on it: the copy is theirs too.
-                    (_, TempCopy::Missing) => e.copy = copy,
+                    (_, TempCopy::Missing) => {
+                        e.copy = copy;
+                        e._disk = disk;
+                    }
                     // Already held (the same file in two rows of the window): keep one copy.
                     (TempCopy::Disk(new), TempCopy::Disk(old)) if new != old => {
                         let _ = std::fs::remove_file(new);
@@ -153,7 +159,11 @@ impl TempCache {
                 }
             }
             Slot::Vacant(slot) => {
-                slot.insert(Entry { copy, refs: 1 });
+                slot.insert(Entry {
+                    copy,
+                    refs: 1,
+                    _disk: disk,
+                });
             }
         }
     }
@@ -161,7 +171,7 @@ impl TempCache {
     /// Counts one more row using `file` (a row whose download of it failed
     /// under `on_error = null`), whether or not a copy is held.
     pub fn hold_missing(&self, file: &File) {
-        self.hold(file, TempCopy::Missing);
+        self.hold(file, TempCopy::Missing, None);
     }
 
     /// Counts one more row using `file` if a copy of it is already held.
@@ -309,7 +319,7 @@ mod tests {
         // Row 1 holds `a` in both columns; row 2 holds `a` too.
         let path = cache.new_path(&a);
         std::fs::write(&path, b"abc").expect("write");
-        cache.insert(&a, path.clone());
+        cache.insert(&a, path.clone(), None);
         assert!(cache.acquire(&a));
         assert!(cache.acquire(&a));
         cache.release(&a);
@@ -325,7 +335,7 @@ mod tests {
         assert_eq!(cache.local_path(&b), None);
         let path = cache.new_path(&b);
         std::fs::write(&path, b"abc").expect("write");
-        cache.insert(&b, path.clone());
+        cache.insert(&b, path.clone(), None);
         // Row 3 is done first: row 4's copy stays.
         cache.release(&b);
         assert!(path.exists());

@@ -26,7 +26,7 @@ use datafusion::prelude::DataFrame;
 use super::{Chain, DATA_FILE};
 use crate::dataset::checkpoints::HeldCheckpoint;
 use crate::dataset::{Catalog, DatasetInfo};
-use crate::error::Result;
+use crate::error::{Result, is_disk_full};
 use crate::plan::Checkpoint;
 use crate::progress::{self, Progress};
 use crate::storage::Location;
@@ -64,6 +64,11 @@ impl Chain {
         // below names that version's files, so a new base starts over.
         let chain = self.for_save(name, &catalog).await?;
         let staging = catalog.staging_dir().await?;
+        // A save that fills the disk says how much it had.
+        let at_start = {
+            let dir = staging.path().to_path_buf();
+            crate::runtime::blocking(move || Ok(fs4::available_space(&dir).ok())).await?
+        };
         let mut df = chain.dataframe().await?;
         // What it reads, before anything runs (recorded with the version).
         let sources = super::lineage::sources(df.logical_plan(), &root);
@@ -104,13 +109,19 @@ impl Chain {
             Err(e) => {
                 // Removing the partial files is blocking file work too; the
                 // checkpoint stays for the next run.
-                let _ = crate::runtime::blocking(move || {
+                let full = is_disk_full(&e);
+                let said = crate::runtime::blocking(move || {
+                    let e = if full {
+                        disk_full(e, staging.path(), at_start)
+                    } else {
+                        e
+                    };
                     drop(staging);
                     drop(checkpoint);
-                    Ok(())
+                    Ok(e)
                 })
                 .await;
-                Err(e)
+                Err(said.unwrap_or_else(|e| e))
             }
         }
     }
@@ -172,6 +183,31 @@ impl Chain {
         self.write_parquet(df, uri.to_string(), |_| {}).await?;
         Ok(())
     }
+}
+
+/// A save's error once the disk filled up: the file it was writing, the
+/// space available when the save started (the least it needs, with its
+/// checkpoint) and now. Blocking (`statvfs`).
+fn disk_full(e: crate::Error, staging: &std::path::Path, at_start: Option<u64>) -> crate::Error {
+    let now = fs4::available_space(staging).unwrap_or(0);
+    let bytes = |n: u64| crate::progress::bytes(n as usize);
+    let needs = match at_start {
+        Some(n) => format!(
+            "the dataset (and its checkpoint) need more than the {} that were available on \
+             that file system when the save started ({} now)",
+            bytes(n),
+            bytes(now)
+        ),
+        None => format!("{} are available on that file system now", bytes(now)),
+    };
+    let said = format!(
+        "no space left on the device: {needs}; free space, or set `root` to a larger disk \
+         (the catalog and earlier versions are unchanged; {e})"
+    );
+    crate::Error::io(
+        staging.join(DATA_FILE).display(),
+        std::io::Error::new(std::io::ErrorKind::StorageFull, said),
+    )
 }
 
 /// The rows a `COPY TO` wrote: the sum of its one `count` column.

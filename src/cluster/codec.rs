@@ -275,6 +275,8 @@ struct WireSettings {
     on_error: String,
     root: PathBuf,
     memory_file_limit: u64,
+    #[serde(default)]
+    temp_dir_limit: Option<u64>,
     storage_options: BTreeMap<String, String>,
 }
 
@@ -307,6 +309,7 @@ impl WireSettings {
             on_error: on_error_name(s.get_on_error()).into(),
             root: s.get_root(),
             memory_file_limit: s.get_memory_file_limit(),
+            temp_dir_limit: s.get_temp_dir_limit(),
             storage_options: s.get_storage_options().clone(),
         }
     }
@@ -328,6 +331,9 @@ impl WireSettings {
         if let Some(l) = self.cache_limit {
             s = s.cache_limit(l);
         }
+        if let Some(l) = self.temp_dir_limit {
+            s = s.temp_dir_limit(l);
+        }
         for (k, v) in &self.storage_options {
             s = s.storage_option(k, v);
         }
@@ -347,6 +353,8 @@ struct WirePrefetch {
     cache: bool,
     cache_limit: Option<u64>,
     memory_file_limit: u64,
+    #[serde(default)]
+    temp_dir_limit: Option<u64>,
     storage_options: BTreeMap<String, String>,
 }
 
@@ -362,6 +370,7 @@ impl WirePrefetch {
             cache: o.cache,
             cache_limit: o.cache_limit,
             memory_file_limit: o.memory_file_limit,
+            temp_dir_limit: o.temp_dir_limit,
             storage_options: o.storage_options.clone(),
         }
     }
@@ -377,6 +386,7 @@ impl WirePrefetch {
         o.cache = self.cache;
         o.cache_limit = self.cache_limit;
         o.memory_file_limit = self.memory_file_limit;
+        o.temp_dir_limit = self.temp_dir_limit;
         o.storage_options = self.storage_options.clone();
         Ok(o)
     }

@@ -113,6 +113,7 @@ pub fn prefetch_options(s: &Settings, ordered: bool) -> PrefetchOptions {
         cache: s.get_cache(),
         cache_limit: s.get_cache_limit(),
         memory_file_limit: s.get_memory_file_limit(),
+        temp_dir_limit: s.get_temp_dir_limit(),
         storage_options: s.get_storage_options().clone(),
         memo: None,
     }

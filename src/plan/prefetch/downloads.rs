@@ -30,9 +30,9 @@ use udfchain_udfs::{File, encode_column};
 use super::window::RoundTrip;
 use super::window_pins::WindowPins;
 use crate::cache::StoreSource;
+use crate::cache::{DiskBudget, SharedCache, TempCache};
 use crate::cache::{LocalCopies, file_key};
-use crate::cache::{SharedCache, TempCache};
-use crate::error::Error;
+use crate::error::{Error, is_disk_full};
 use crate::plan::skip_list::SkipList;
 use crate::runtime::PoolTask;
 use crate::settings::OnError;
@@ -49,6 +49,9 @@ pub(super) struct PrefetchMetrics {
     pub(super) cache_hits: Count,
     pub(super) retries: Count,
     pub(super) skipped_files: Count,
+    /// Files handed on without a copy for want of disk (`temp_dir_limit`,
+    /// a full disk): their UDF reads them from the store, streamed.
+    pub(super) files_streamed: Count,
     /// Files handed on to be read where they are, and their listed bytes.
     pub(super) files_in_place: Count,
     pub(super) bytes_in_place: Count,
@@ -73,6 +76,11 @@ pub(super) struct Downloads {
     pub(super) into_cache: bool,
     /// Otherwise files up to this size are held in memory, larger ones on disk.
     pub(super) memory_file_limit: u64,
+    /// The disk the temp dir's copies may take (`temp_dir_limit`), shared by
+    /// every prefetch of the process under the same root.
+    pub(super) disk: Arc<DiskBudget>,
+    /// `temp_dir_limit` (`None`: a share of the free space, see `DiskBudget`).
+    pub(super) temp_dir_limit: Option<u64>,
     pub(super) source: StoreSource,
     pub(super) connections: Arc<Semaphore>,
     pub(super) on_error: OnError,
@@ -108,7 +116,9 @@ impl Downloads {
                     .set_fallback(Arc::clone(&cache) as Arc<dyn LocalCopies>);
                 let _ = me.shared_cache.set(cache);
             }
-            me.temp.open_blocking()
+            me.temp.open_blocking()?;
+            me.disk.start_run(me.temp_dir_limit);
+            Ok(())
         })
         .await
     }
@@ -290,35 +300,79 @@ impl Downloads {
             return Ok(());
         }
         match (self.shared_cache.get(), self.into_cache) {
-            (Some(cache), true) => {
-                let (pin, downloaded) = cache
-                    .get_or_fetch(file, |tmp| async move { self.download(file, &tmp).await })
+            (Some(cache), true) => self.fetch_into_cache(cache, file).await,
+            _ => self.fetch_uncached(file).await,
+        }
+    }
+
+    /// A download into the shared cache. A full disk evicts unpinned
+    /// entries to make room and tries once more; still full, the file is
+    /// fetched as without the cache (memory, the temp dir or streamed).
+    async fn fetch_into_cache(&self, cache: &Arc<SharedCache>, file: &File) -> Result<(), Error> {
+        let mut evicted = false;
+        loop {
+            let fetched = cache
+                .get_or_fetch(file, |tmp| async move { self.download(file, &tmp).await })
+                .await;
+            match fetched {
+                Ok((pin, downloaded)) => {
+                    self.pins.hold(file, pin);
+                    if !downloaded {
+                        self.metrics.cache_hits.add(1);
+                    }
+                    return Ok(());
+                }
+                Err(e) if is_disk_full(&e) && !evicted => {
+                    evicted = true;
+                    let (cache, need) = (Arc::clone(cache), file.size);
+                    crate::runtime::blocking(move || {
+                        let held = cache.du()?.bytes;
+                        cache.prune_to(held.saturating_sub(need)).map(drop)
+                    })
                     .await?;
-                self.pins.hold(file, pin);
-                if !downloaded {
-                    self.metrics.cache_hits.add(1);
                 }
-                Ok(())
-            }
-            _ if file.size <= self.memory_file_limit => {
-                let bytes = self.download_bytes(file).await?;
-                self.temp.insert_bytes(file, bytes);
-                Ok(())
-            }
-            _ => {
-                let dest = self.temp.new_path(file);
-                match self.download(file, &dest).await {
-                    Ok(()) => {
-                        self.temp.insert(file, dest);
-                        Ok(())
-                    }
-                    Err(e) => {
-                        let _ = tokio::fs::remove_file(&dest).await;
-                        Err(e)
-                    }
-                }
+                Err(e) if is_disk_full(&e) => return self.fetch_uncached(file).await,
+                Err(e) => return Err(e),
             }
         }
+    }
+
+    /// A file into memory (up to `memory_file_limit`), else into the temp
+    /// dir within the disk budget; a file that does not fit there, or meets
+    /// a full disk, goes on without a copy: its UDF reads it from the store.
+    async fn fetch_uncached(&self, file: &File) -> Result<(), Error> {
+        if file.size <= self.memory_file_limit {
+            let bytes = self.download_bytes(file).await?;
+            self.temp.insert_bytes(file, bytes);
+            return Ok(());
+        }
+        let Some(reserved) = self.disk.try_reserve(file.size) else {
+            self.streamed(file);
+            return Ok(());
+        };
+        let dest = self.temp.new_path(file);
+        match self.download(file, &dest).await {
+            Ok(()) => {
+                self.temp.insert(file, dest, Some(reserved));
+                Ok(())
+            }
+            Err(e) => {
+                let _ = tokio::fs::remove_file(&dest).await;
+                drop(reserved);
+                if !is_disk_full(&e) {
+                    return Err(e);
+                }
+                self.disk.back_off();
+                self.streamed(file);
+                Ok(())
+            }
+        }
+    }
+
+    /// `file` goes on without a copy (see `files_streamed`).
+    fn streamed(&self, file: &File) {
+        self.temp.hold_missing(file);
+        self.metrics.files_streamed.add(1);
     }
 
     /// `file` (size not known) pinned to a HEAD of it, made within the
@@ -347,7 +401,9 @@ impl Downloads {
                 Ok(pinned)
             }
             Ok((pinned, Body::Disk)) => {
-                self.temp.insert(file, dest);
+                // A size not known before the GET cannot be reserved ahead:
+                // files named by URL are outside the disk budget.
+                self.temp.insert(file, dest, None);
                 Ok(pinned)
             }
             Err(e) => {

@@ -86,7 +86,7 @@ use tokio::sync::Semaphore;
 
 use crate::cache::LocalCopies;
 use crate::cache::StoreSource;
-use crate::cache::TempCache;
+use crate::cache::{DiskBudget, TempCache};
 use crate::plan::skip_list::SkipList;
 use crate::settings::{OnError, Prefetch};
 use crate::util::exec_boilerplate::exec_boilerplate;
@@ -124,6 +124,8 @@ pub struct PrefetchOptions {
     pub cache_limit: Option<u64>,
     /// Files up to this size are held in memory (`cache = false` only).
     pub memory_file_limit: u64,
+    /// `temp_dir_limit`: the disk the temp dir's copies may take.
+    pub temp_dir_limit: Option<u64>,
     pub storage_options: std::collections::BTreeMap<String, String>,
     /// The checkpoint of the UDF this prefetch serves: the rows it holds
     /// need no download.
@@ -214,6 +216,7 @@ impl PrefetchExec {
             cache_hits: m("cache_hits"),
             retries: m("retries"),
             skipped_files: m("skipped_files"),
+            files_streamed: m("files_streamed"),
             files_in_place: m("files_in_place"),
             bytes_in_place: m("bytes_in_place"),
             peak_in_flight: self.peak_in_flight.clone(),
@@ -239,6 +242,8 @@ impl PrefetchExec {
             cache_limit: self.options.cache_limit,
             into_cache: self.options.cache,
             memory_file_limit: self.options.memory_file_limit,
+            disk: DiskBudget::of(&self.options.root.join("tmp")),
+            temp_dir_limit: self.options.temp_dir_limit,
             source: StoreSource::new(
                 ctx.runtime_env(),
                 self.options.storage_options.clone(),
