@@ -780,6 +780,7 @@ mod tests {
             .on_error(OnError::Skip)
             .root("/client/root")
             .memory_file_limit(11)
+            .temp_dir_limit(13)
             .storage_option("region", "eu-west-1");
         let json = serde_json::to_vec(&WireSettings::new(&s)).expect("encode");
         let wire: WireSettings = serde_json::from_slice(&json).expect("decode");
@@ -799,6 +800,7 @@ mod tests {
         assert_eq!(back.get_max_connections(), 9);
         assert_eq!(back.get_on_error(), OnError::Skip);
         assert_eq!(back.get_memory_file_limit(), 11);
+        assert_eq!(back.get_temp_dir_limit(), Some(13));
         assert_eq!(back.get_root(), PathBuf::from("/client/root"));
         assert_eq!(back.get_storage_options()["region"], "eu-west-1");
         let node = PathBuf::from("/exec/udfchain");
