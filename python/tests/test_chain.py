@@ -94,7 +94,7 @@ def test_settings_refused_as_set_refuses() -> None:
     nums().settings(
         prefetch="auto", cache=False, cache_limit="1g", parallel=2, workers=1, batch_size=10,
         ordered=True, max_connections=8, on_error="skip", root="/tmp/x", memory_limit="1g",
-        memory_file_limit=0, progress=False, cluster="local", storage={"region": "x"},
+        memory_file_limit=0, temp_dir_limit="10g", progress=False, cluster="local", storage={"region": "x"},
     )
 
 
