@@ -127,8 +127,7 @@ fn meta(prefix: &str, i: u64, size: usize) -> ObjectMeta {
 
 fn refused(what: &str) -> object_store::Error {
     object_store::Error::NotSupported {
-        source: format!("a GeneratedStore is read-only and lists recursively only ({what})")
-            .into(),
+        source: format!("a GeneratedStore is read-only and lists recursively only ({what})").into(),
     }
 }
 
