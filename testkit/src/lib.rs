@@ -5,6 +5,8 @@
 //!   served, and its added latency ([`Latency`]) and bandwidth cap.
 //! - `stores.rs`: `object_store` wrappers that count GETs ([`CountingStore`])
 //!   or inject delays and failures ([`FaultyStore`]).
+//! - `generated_store.rs`: a read-only store of millions of generated objects,
+//!   listed lazily page by page ([`GeneratedStore`]).
 //! - `child.rs`: one ignored test run as a child process, and its peak
 //!   resident memory ([`run_child_test`], [`child_peak_rss`]).
 //! - `fixtures.rs`: deterministic file contents and small helpers for scripts,
@@ -19,6 +21,7 @@
 
 mod child;
 mod fixtures;
+mod generated_store;
 mod s3_server;
 mod stores;
 
@@ -27,5 +30,6 @@ pub use fixtures::{
     content, disk_bytes, golden, last_table, no_prefetch_dirs_soon, prefetch_dirs, put_files,
     remote_view, runner, stdout_ok, write_files,
 };
+pub use generated_store::{GeneratedStore, PAGE};
 pub use s3_server::{ACCESS_KEY, BUCKET, Latency, S3Server, SECRET_KEY};
 pub use stores::{CountingStore, Fault, FaultyStore};

@@ -680,15 +680,16 @@ impl Latency {
     }
 }
 
-/// Draws the delays of a [`Latency`] (one generator shared by all connections).
+/// Draws the delays of a [`Latency`] (one generator shared by all connections;
+/// also the GET delays of a `GeneratedStore`).
 #[derive(Clone)]
-struct LatencySampler {
+pub(crate) struct LatencySampler {
     model: Latency,
     state: Arc<Mutex<u64>>,
 }
 
 impl LatencySampler {
-    fn new(model: Latency) -> Self {
+    pub(crate) fn new(model: Latency) -> Self {
         let seed = match model {
             Latency::Tail { seed, .. } => seed,
             Latency::Constant(_) => 0,
@@ -709,7 +710,7 @@ impl LatencySampler {
         ((*s >> 11) as f64 + 1.0) / (1u64 << 53) as f64
     }
 
-    fn next(&self) -> Duration {
+    pub(crate) fn next(&self) -> Duration {
         match self.model {
             Latency::Constant(d) => d,
             Latency::Tail {
