@@ -3,6 +3,7 @@ in-process, File reads through the parent, a worker's death as the row's
 error under every on_error, tracebacks, refused lambdas, Ctrl-C."""
 
 import hashlib
+import importlib.util
 import os
 import signal
 import subprocess
@@ -140,16 +141,25 @@ def test_exceptions_in_a_worker_keep_their_traceback(files: tuple[Path, dict[str
     assert "ValueError: bad file f005.bin" in msg and "in fail_on_f005" in msg
 
 
-def test_functions_a_worker_cannot_import_are_refused(files: tuple[Path, dict[str, bytes]]) -> None:
+def test_functions_a_worker_cannot_import_are_refused(
+    files: tuple[Path, dict[str, bytes]], monkeypatch: pytest.MonkeyPatch
+) -> None:
     d, _ = files
     c = uc.read_storage(str(d)).settings(processes=2)
 
     def nested(file: uc.File) -> int:
         return 1
 
+    # With cloudpickle they travel by value and run in the workers.
+    if importlib.util.find_spec("cloudpickle") is not None:
+        for fn in (nested, lambda file: 1):
+            assert c.map(n=fn, output=int).count() == 12
+    # Without it (as if not installed) they are refused when added.
+    monkeypatch.setitem(sys.modules, "cloudpickle", None)
     for fn in (nested, lambda file: 1):
         with pytest.raises(TypeError, match="cannot run in worker processes"):
             c.map(n=fn, output=int)
+    monkeypatch.undo()
     with pytest.raises(ValueError, match="processes must be"):
         c.settings(processes=-1)
     # In-process, the same function runs.
