@@ -3,7 +3,8 @@
 //! into the temp dir, then hashed from there in chunks) and with
 //! `prefetch = 0` (the hash reads the store by ranges), gives the hash of the
 //! bytes computed here without the engine, at a peak RSS under
-//! [`PEAK_RSS_LIMIT`], leaving no file in the root's temp dir.
+//! [`PEAK_RSS_LIMIT`], leaving no file in the root's temp dir; and so does
+//! `sha256(member)` of a 1 GiB member of a tar archive (`tar_members`).
 //!
 //! The objects are sparse files in the test S3 server's bucket dir (no disk
 //! for their holes) with a 16-byte marker in every MiB, so a chunk dropped,
@@ -36,13 +37,13 @@ const SCRIPT: &str = "UDFCHAIN_LARGE_SCRIPT";
 const TABLE: &str = "udfchain-large-table=";
 
 /// A sparse file of `size` bytes at `path`: zeros, but for 16 bytes in every
-/// MiB (the MiB's index, at an offset that moves with it).
-fn write_sparse(path: &Path, size: u64) {
+/// MiB from `from` on (the MiB's index, at an offset that moves with it).
+fn write_sparse(path: &Path, size: u64, from: u64) {
     std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
     let mut f = std::fs::File::create(path).expect("create");
     f.set_len(size).expect("set_len");
-    for k in 0..size / MIB {
-        let at = k * MIB + (k * 4093) % (MIB - 16);
+    for k in 0..(size - from) / MIB {
+        let at = from + k * MIB + (k * 4093) % (MIB - 16);
         f.seek(SeekFrom::Start(at)).expect("seek");
         let mut marker = [0u8; 16];
         marker[..8].copy_from_slice(&k.to_le_bytes());
@@ -51,9 +52,12 @@ fn write_sparse(path: &Path, size: u64) {
     }
 }
 
-/// Hex SHA-256 of the file at `path`, read here (not by the engine).
-fn sha256_of(path: &Path) -> String {
+/// Hex SHA-256 of `len` bytes at `offset` of the file at `path`, read here
+/// (not by the engine).
+fn sha256_of(path: &Path, offset: u64, len: u64) -> String {
     let mut f = std::fs::File::open(path).expect("open");
+    f.seek(SeekFrom::Start(offset)).expect("seek");
+    let mut f = f.take(len);
     let mut hash = sha2::Sha256::new();
     let mut buf = vec![0u8; 4 << 20];
     loop {
@@ -89,38 +93,44 @@ fn run_child(child: &str, s3: &S3Server, root: &Path, script: &str) -> (String, 
     (table, rss)
 }
 
-/// One object of `size` bytes, hashed by `sha256` with prefetch on and off.
-fn sha256_stays_bounded(size: u64) {
-    let s3 = S3Server::start();
-    let key = format!("large/{}gib.bin", size / GIB);
-    let object = s3.bucket_dir().join(&key);
-    write_sparse(&object, size);
-    let want = sha256_of(&object);
+/// `select` run by a child with prefetch on and with `prefetch = 0`: its
+/// table holds `want`, its peak RSS stays under [`PEAK_RSS_LIMIT`] and its
+/// root's temp dir is empty after it.
+fn bounded_both_ways(s3: &S3Server, what: &str, select: &str, want: &str) {
     let mut peaks = Vec::new();
-    let select = "SELECT sha256(file) AS h FROM read_storage('s3://bucket/large/')";
     for (label, script) in [
         ("prefetch on", select.to_string()),
         ("prefetch = 0", format!("SET prefetch = 0;\n{select}")),
     ] {
         let root = tempfile::tempdir().expect("root");
-        let (table, rss) = run_child("child_script", &s3, root.path(), &script);
-        eprintln!(
-            "{label}: sha256 of {size} bytes, peak RSS {} MiB",
-            rss / MIB
+        let (table, rss) = run_child("child_script", s3, root.path(), &script);
+        eprintln!("{what}, {label}: peak RSS {} MiB", rss / MIB);
+        assert!(
+            table.contains(want),
+            "{what}, {label}: want {want}, got\n{table}"
         );
-        assert!(table.contains(&want), "{label}: want {want}, got\n{table}");
-        assert!(prefetch_dirs(root.path()).is_empty(), "{label}");
-        assert_eq!(disk_bytes(&root.path().join("tmp")), 0, "{label}");
+        assert!(prefetch_dirs(root.path()).is_empty(), "{what}, {label}");
+        assert_eq!(disk_bytes(&root.path().join("tmp")), 0, "{what}, {label}");
         peaks.push((label, rss));
     }
     for (label, rss) in peaks {
         assert!(
             rss < PEAK_RSS_LIMIT,
-            "{label}: sha256 of a {size}-byte object peaked at {} MiB",
+            "{what}, {label}: peak RSS {} MiB",
             rss / MIB
         );
     }
-    std::fs::remove_file(&object).expect("remove the object");
+}
+
+/// One object of `size` bytes, hashed by `sha256` with prefetch on and off.
+fn sha256_stays_bounded(size: u64) {
+    let s3 = S3Server::start();
+    let object = s3.bucket_dir().join("large/object.bin");
+    write_sparse(&object, size, 0);
+    let want = sha256_of(&object, 0, size);
+    let select = "SELECT sha256(file) AS h FROM read_storage('s3://bucket/large/')";
+    let what = format!("sha256 of a {} GiB object", size / GIB);
+    bounded_both_ways(&s3, &what, select, &want);
 }
 
 #[test]
@@ -131,6 +141,31 @@ fn sha256_of_a_1_gib_object_stays_under_300_mb() {
 #[test]
 fn sha256_of_a_4_gib_object_stays_under_300_mb() {
     sha256_stays_bounded(4 * GIB);
+}
+
+/// A 1 GiB member of a tar archive: `tar_members` reads the headers by
+/// range and `sha256(member)` streams the member's range of the archive.
+#[test]
+fn sha256_of_a_1_gib_tar_member_stays_under_300_mb() {
+    let s3 = S3Server::start();
+    let archive = s3.bucket_dir().join("tars/big.tar");
+    // A header, the member's data, then the two zero blocks that end it.
+    write_sparse(&archive, 512 + GIB + 1024, 512);
+    let mut header = tar::Header::new_gnu();
+    header.set_path("big.bin").expect("path");
+    header.set_size(GIB);
+    header.set_mode(0o644);
+    header.set_entry_type(tar::EntryType::Regular);
+    header.set_cksum();
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&archive)
+        .expect("open");
+    f.write_all(header.as_bytes()).expect("header");
+    drop(f);
+    let want = sha256_of(&archive, 512, GIB);
+    let select = "SELECT name, sha256(member) AS h FROM tar_members('s3://bucket/tars/')";
+    bounded_both_ways(&s3, "sha256 of a 1 GiB tar member", select, &want);
 }
 
 /// The child: runs `$UDFCHAIN_LARGE_SCRIPT` against the S3 server at
