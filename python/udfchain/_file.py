@@ -4,7 +4,9 @@ Guarantees: `read()`, `read_text()`, `open()` and `get_local_path()` go
 through the engine's source for the running call (a prefetched copy, the
 shared cache or the store) and release the GIL while they wait. `open()` is a
 seekable binary file: the local copy when there is one, else ranged reads of
-the store (a header costs about a header's bytes). `get_local_path()` of a
+the store (a header costs about a header's bytes); it streams, so reading a
+file of any size through it in chunks holds one chunk at a time. `read()` and
+`read_text()` return the whole object, so they hold all of it in memory. `get_local_path()` of a
 local directory's file is the file itself; of a remote file, a copy valid
 during the call only (without `cache=True` deleted after the row). Outside a UDF call (a File from `collect()`), reads raise.
 """
@@ -120,7 +122,8 @@ class File:
         return datetime.datetime.fromtimestamp(self.last_modified / 1000, tz=datetime.timezone.utc)
 
     def read(self) -> bytes:
-        """The whole object's bytes."""
+        """The whole object's bytes, held in memory at once: read a large
+        file through `open()` instead."""
         return self._reader().read(self._fields())
 
     def read_range(self, start: int, end: int) -> bytes:

@@ -27,7 +27,8 @@ use datafusion::logical_expr::{Expr, LogicalPlanBuilder};
 use datafusion::prelude::col;
 use datafusion::prelude::{CsvReadOptions, JsonReadOptions, ParquetReadOptions, SessionContext};
 use datafusion::sql::sqlparser::ast::{FunctionArg, FunctionArgExpr, TableFactor};
-use udfchain_udfs::builtins::{ParquetRows, parquet_schema, tar_entries, webdataset_samples};
+use udfchain_udfs::builtins::{ParquetRows, parquet_file_schema, tar_entries, webdataset_samples};
+use udfchain_udfs::engine::with_file_source;
 use udfchain_udfs::gen_fn;
 
 use crate::cache::StoreSource;
@@ -196,18 +197,19 @@ impl TableFunctionImpl for TableFn {
                                 "parquet_rows: no Parquet file under {first}"
                             ))
                         })?;
-                    let source = StoreSource::new(env, options.clone(), None);
-                    let bytes = udfchain_udfs::FileSource::read(&source, &file)
+                    // Its footer alone, read by range: never the whole file.
+                    let source = Arc::new(StoreSource::new(env, options.clone(), None));
+                    let url = file.url();
+                    with_file_source(source, parquet_file_schema(file))
                         .await
-                        .map_err(|e| {
-                            Error::Storage {
-                                url: file.url(),
+                        .map_err(|e| match e {
+                            udfchain_udfs::UdfError::Read { .. } => Error::Storage {
+                                url,
                                 source: Arc::new(e),
                             }
-                            .into_df()
-                        })?;
-                    parquet_schema(bytes)
-                        .map_err(|e| DataFusionError::Plan(format!("{}: {e}", file.url())))
+                            .into_df(),
+                            e => DataFusionError::Plan(format!("{url}: {e}")),
+                        })
                 })??;
                 let scan = LogicalPlanBuilder::scan("storage", provider_as_source(provider), None)?
                     .build()?;

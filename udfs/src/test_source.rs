@@ -4,7 +4,7 @@
 
 use std::ops::Range;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -17,6 +17,7 @@ use crate::file::{File, FileSource, with_file_source};
 pub struct MemorySource {
     bytes: Bytes,
     reads: AtomicUsize,
+    max_read: AtomicU64,
 }
 
 impl MemorySource {
@@ -24,6 +25,7 @@ impl MemorySource {
         Arc::new(Self {
             bytes: bytes.into(),
             reads: AtomicUsize::new(0),
+            max_read: AtomicU64::new(0),
         })
     }
 
@@ -40,6 +42,11 @@ impl MemorySource {
     /// The reads made so far.
     pub fn reads(&self) -> usize {
         self.reads.load(Ordering::Relaxed)
+    }
+
+    /// The most bytes one read asked for so far.
+    pub fn max_read(&self) -> u64 {
+        self.max_read.load(Ordering::Relaxed)
     }
 
     /// Runs `fut` with this source serving its reads, to completion.
@@ -65,6 +72,8 @@ impl FileSource for MemorySource {
         if range.start >= end {
             return Ok(Bytes::new());
         }
+        self.max_read
+            .fetch_max(end - range.start, Ordering::Relaxed);
         let base = file.member().map_or(0, |m| m.offset);
         let len = self.bytes.len() as u64;
         match (base.checked_add(range.start), base.checked_add(end)) {

@@ -9,6 +9,6 @@ mod webdataset;
 
 pub use file::{file_size, line_count, md5, read_text, sha256};
 pub use image::{Image, ImageSize, image_decode, image_size, image_thumbnail};
-pub use parquet::{ParquetRows, parquet_schema};
+pub use parquet::{ParquetRows, parquet_file_schema, parquet_schema};
 pub use tar::{MAX_EXTENSION, TarEntry, TarError, tar_entries, tar_members};
 pub use webdataset::{DuplicateSuffix, Grouper, Sample, key_and_suffix, webdataset_samples};

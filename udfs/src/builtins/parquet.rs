@@ -1,38 +1,65 @@
 //! `ParquetRows`: a generator expanding each Parquet file into its rows, as one
 //! struct column whose fields are the file's columns. The schema is given when
-//! the UDF is built (from a sample file, see [`parquet_schema`]); a file with a
-//! different schema fails naming the file. Rows stream in batches of the
-//! generator's `max_rows`; the file's bytes come from its (prefetched) `File`.
+//! the UDF is built (from a sample file's footer, see [`parquet_file_schema`]);
+//! a file with a different schema fails naming the file. Rows stream in
+//! batches of the generator's `max_rows`.
+//!
+//! Guarantees: the file is read through [`File::open`] by range (its
+//! prefetched copy from disk, else ranged reads of the store): the footer,
+//! then one row group's column chunks at a time, so memory is bounded by the
+//! largest row group, never by the file. A range the footer names past the
+//! end of the file is an error before anything is allocated for it.
 //!
 //! Hostile bytes end in rows or an error naming the file, never a panic: the
 //! `parquet` crate panics on some malformed footers and page offsets (e.g.
 //! "column start and length should not be negative"), so every call into it
-//! runs under [`no_panic`], and a reader that panicked is not read again.
+//! runs under [`no_panic`] (or its async twin), and a reader that panicked
+//! is not read again.
 
+use std::io::SeekFrom;
+use std::ops::Range;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use datafusion::arrow::array::{ArrayRef, RecordBatch, RecordBatchReader, StructArray};
+use datafusion::arrow::array::{ArrayRef, RecordBatch, StructArray};
 use datafusion::arrow::datatypes::{DataType, Field, SchemaRef};
-use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use datafusion::parquet::arrow::ParquetRecordBatchStreamBuilder;
+use datafusion::parquet::arrow::arrow_reader::{
+    ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
+};
+use datafusion::parquet::arrow::async_reader::AsyncFileReader;
+use datafusion::parquet::errors::ParquetError;
+use datafusion::parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
+use futures::FutureExt;
+use futures::future::BoxFuture;
 use futures::stream::{self, BoxStream, StreamExt};
+use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
 use crate::codec::decode_column;
 use crate::error::{CallError, UdfError};
-use crate::file::File;
+use crate::file::{File, FileReader};
 use crate::signature::Signature;
 use crate::udf::Generator;
 
+/// A caught panic of the `parquet` crate as an error message.
+fn panicked(p: Box<dyn std::any::Any + Send>) -> String {
+    let msg = p
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_default();
+    format!("malformed Parquet (the reader panicked: {msg})")
+}
+
 /// Runs `f`, turning a panic in it into an error message.
 fn no_panic<T>(f: impl FnOnce() -> T) -> Result<T, String> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|p| {
-        let msg = p
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| p.downcast_ref::<String>().cloned())
-            .unwrap_or_default();
-        format!("malformed Parquet (the reader panicked: {msg})")
-    })
+    std::panic::catch_unwind(AssertUnwindSafe(f)).map_err(panicked)
+}
+
+/// Awaits `fut`, turning a panic in it into an error message.
+async fn no_panic_async<T>(fut: impl Future<Output = T>) -> Result<T, String> {
+    AssertUnwindSafe(fut).catch_unwind().await.map_err(panicked)
 }
 
 /// The Arrow schema of a Parquet file's bytes.
@@ -45,6 +72,73 @@ pub fn parquet_schema(bytes: Bytes) -> Result<SchemaRef, UdfError> {
         .map_err(convert)?
         .map(|b| Arc::clone(b.schema()))
         .map_err(|e| convert(e.to_string()))
+}
+
+/// The Arrow schema of the Parquet file `file`, from its footer alone (read
+/// by range, as [`ParquetRows`] reads it).
+pub async fn parquet_file_schema(file: File) -> Result<SchemaRef, UdfError> {
+    let convert = |message: String| UdfError::Convert {
+        what: "parquet footer".into(),
+        message,
+    };
+    let input = Ranges::open(&file).await?;
+    let builder = no_panic_async(ParquetRecordBatchStreamBuilder::new(input))
+        .await
+        .map_err(convert)?
+        .map_err(|e| convert(e.to_string()))?;
+    Ok(Arc::clone(builder.schema()))
+}
+
+/// A `File` as the `parquet` crate's async reader reads it: ranges of
+/// [`File::open`]'s reader, each checked against the file's size.
+struct Ranges {
+    reader: FileReader,
+    size: u64,
+}
+
+impl Ranges {
+    async fn open(file: &File) -> Result<Self, UdfError> {
+        let io = |e: std::io::Error| UdfError::Read {
+            url: file.url(),
+            source: Box::new(e),
+        };
+        let mut reader = file.open().await?;
+        let size = reader.seek(SeekFrom::End(0)).await.map_err(io)?;
+        Ok(Self { reader, size })
+    }
+}
+
+impl AsyncFileReader for Ranges {
+    fn get_bytes(&mut self, range: Range<u64>) -> BoxFuture<'_, Result<Bytes, ParquetError>> {
+        async move {
+            if range.start > range.end || range.end > self.size {
+                return Err(ParquetError::General(format!(
+                    "byte range {range:?} past the end of the {}-byte file",
+                    self.size
+                )));
+            }
+            self.reader.seek(SeekFrom::Start(range.start)).await?;
+            let mut buf = vec![0u8; (range.end - range.start) as usize];
+            self.reader.read_exact(&mut buf).await?;
+            Ok(Bytes::from(buf))
+        }
+        .boxed()
+    }
+
+    fn get_metadata<'a>(
+        &'a mut self,
+        options: Option<&'a ArrowReaderOptions>,
+    ) -> BoxFuture<'a, Result<Arc<ParquetMetaData>, ParquetError>> {
+        async move {
+            let size = self.size;
+            let metadata = ParquetMetaDataReader::new()
+                .with_arrow_reader_options(options)
+                .load_and_finish(&mut *self, size)
+                .await?;
+            Ok(Arc::new(metadata))
+        }
+        .boxed()
+    }
 }
 
 /// Expands a `File` column of Parquet files into their rows.
@@ -86,45 +180,49 @@ impl Generator for ParquetRows {
                 .into_iter()
                 .next()
                 .ok_or_else(|| UdfError::Contract("parquet_rows got no row".into()))?;
-            let bytes = file.read().await?;
+            let url = file.url();
             let bad = |message: String| UdfError::Read {
-                url: file.url(),
+                url: url.clone(),
                 source: message.into(),
             };
-            let reader = no_panic(|| {
-                ParquetRecordBatchReaderBuilder::try_new(bytes)?
-                    .with_batch_size(max_rows.max(1))
-                    .build()
-            })
-            .map_err(bad)?
-            .map_err(|e| bad(e.to_string()))?;
-            if reader.schema().fields() != schema.fields() {
+            let input = Ranges::open(&file).await?;
+            let builder = no_panic_async(ParquetRecordBatchStreamBuilder::new(input))
+                .await
+                .map_err(bad)?
+                .map_err(|e| bad(e.to_string()))?;
+            if builder.schema().fields() != schema.fields() {
                 return Err(bad(format!(
                     "schema {:?} differs from the expected {:?}",
-                    reader.schema().fields(),
+                    builder.schema().fields(),
                     schema.fields()
                 )));
             }
-            let url = file.url();
-            let mut reader = Some(reader);
-            let batches = std::iter::from_fn(move || {
-                let r = reader.as_mut()?;
-                match no_panic(|| r.next()) {
-                    Ok(next) => next.map(|b| {
-                        b.map(|b| Arc::new(StructArray::from(b)) as ArrayRef)
-                            .map_err(|e| CallError::at_row(0, e))
-                    }),
-                    Err(message) => {
-                        reader = None;
+            let reader = no_panic(|| builder.with_batch_size(max_rows.max(1)).build())
+                .map_err(bad)?
+                .map_err(|e| bad(e.to_string()))?;
+            // One batch per step; a reader that panicked or failed is not read again.
+            let batches = stream::unfold(Some(reader), move |reader| {
+                let url = url.clone();
+                async move {
+                    let mut r = reader?;
+                    let error = |source: String| {
                         let e = UdfError::Read {
-                            url: url.clone(),
-                            source: message.into(),
+                            url,
+                            source: source.into(),
                         };
-                        Some(Err(CallError::at_row(0, e)))
+                        Some((Err(CallError::at_row(0, e)), None))
+                    };
+                    match no_panic_async(r.next()).await {
+                        Ok(None) => None,
+                        Ok(Some(Ok(b))) => {
+                            Some((Ok(Arc::new(StructArray::from(b)) as ArrayRef), Some(r)))
+                        }
+                        Ok(Some(Err(e))) => error(e.to_string()),
+                        Err(message) => error(message),
                     }
                 }
             });
-            Ok(stream::iter(batches))
+            Ok(batches)
         })
         .map(|r: Result<_, UdfError>| match r {
             Ok(s) => s.boxed(),
@@ -137,7 +235,7 @@ impl Generator for ParquetRows {
 
 #[cfg(test)]
 mod tests {
-    use datafusion::arrow::array::{Int64Array, RecordBatch, StringArray};
+    use datafusion::arrow::array::{BinaryArray, Int64Array, RecordBatch, StringArray};
     use datafusion::arrow::datatypes::Schema;
     use datafusion::parquet::arrow::ArrowWriter;
     use datafusion::parquet::file::properties::WriterProperties;
@@ -189,6 +287,62 @@ mod tests {
             .run(udf.generate(input, 64).try_collect())
             .map_err(|e| e.source.to_string())?;
         Ok(arrays.iter().map(|a| a.len()).sum())
+    }
+
+    /// A file of six row groups of about 4 MiB each (hard to compress).
+    fn large() -> Vec<u8> {
+        let schema = Arc::new(Schema::new(vec![Field::new(
+            "blob",
+            DataType::Binary,
+            false,
+        )]));
+        let blobs: Vec<Vec<u8>> = (0..24u64)
+            .map(|i| {
+                (0..1u64 << 20)
+                    .map(|j| ((i * 1_000_003 + j).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as u8)
+                    .collect()
+            })
+            .collect();
+        let batch = RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![Arc::new(BinaryArray::from_iter_values(&blobs))],
+        )
+        .expect("batch");
+        let props = WriterProperties::builder()
+            .set_max_row_group_row_count(Some(4))
+            .set_dictionary_enabled(false)
+            .build();
+        let mut out = Vec::new();
+        let mut w = ArrowWriter::try_new(&mut out, schema, Some(props)).expect("writer");
+        w.write(&batch).expect("write");
+        w.close().expect("close");
+        out
+    }
+
+    /// Rows come by ranges of the file, about a row group at a time: no read
+    /// asks for the whole file (before, `file.read()` held all 24 MiB).
+    #[test]
+    fn a_file_is_read_a_row_group_at_a_time() {
+        let bytes = large();
+        let size = bytes.len() as u64;
+        let source = MemorySource::new(bytes);
+        let file = source.file();
+        let schema = source
+            .run(parquet_file_schema(file.clone()))
+            .expect("schema");
+        let field = Field::new("file", File::data_type(), false);
+        let column = encode_column(&field, &[file]).expect("file column");
+        let input = RecordBatch::try_from_iter([("file", column)]).expect("input");
+        let udf = ParquetRows::udf("file", "row", schema);
+        let arrays: Vec<ArrayRef> = source
+            .run(udf.generate(input, 3).try_collect())
+            .expect("rows");
+        assert_eq!(arrays.iter().map(|a| a.len()).sum::<usize>(), 24);
+        assert!(
+            source.max_read() <= 8 << 20 && source.max_read() < size / 2,
+            "largest read {} of a {size}-byte file",
+            source.max_read()
+        );
     }
 
     #[test]
