@@ -93,7 +93,8 @@ fn run_child(child: &str, s3: &S3Server, root: &Path, script: &str) -> (String, 
     (table, rss)
 }
 
-/// `select` run by a child with prefetch on and with `prefetch = 0`: its
+/// `select` run by a child with prefetch on, with `prefetch = 0` and with a
+/// `temp_dir_limit` below the object's size (streamed from the store): its
 /// table holds `want`, its peak RSS stays under [`PEAK_RSS_LIMIT`] and its
 /// root's temp dir is empty after it.
 fn bounded_both_ways(s3: &S3Server, what: &str, select: &str, want: &str) {
@@ -101,6 +102,11 @@ fn bounded_both_ways(s3: &S3Server, what: &str, select: &str, want: &str) {
     for (label, script) in [
         ("prefetch on", select.to_string()),
         ("prefetch = 0", format!("SET prefetch = 0;\n{select}")),
+        // Larger than the temp dir may hold: no copy, read from the store.
+        (
+            "temp_dir_limit 64 MiB",
+            format!("SET temp_dir_limit = 67108864;\n{select}"),
+        ),
     ] {
         let root = tempfile::tempdir().expect("root");
         let (table, rss) = run_child("child_script", s3, root.path(), &script);
