@@ -271,10 +271,10 @@ impl Settings {
     }
 
     /// The bytes prefetched files may take on disk under the root's temp dir,
-    /// across every prefetch of the process using that root (default: a
-    /// share, [`DEFAULT_TEMP_DIR_SHARE`], of the space available there when a
-    /// run starts). A file that does not fit beside the ones held is not
-    /// copied: its UDF reads it from the store, streamed.
+    /// across every prefetch of the process using that root (default: half
+    /// of the space available there when a run starts). A file that does not
+    /// fit beside the ones held is not copied: its UDF reads it from the
+    /// store, streamed.
     pub fn temp_dir_limit(mut self, bytes: u64) -> Self {
         self.temp_dir_limit = Some(bytes);
         self
