@@ -10,7 +10,7 @@
 //! (else `~/.cache/udfchain-bench-venv/bin/python`, the Python benchmark's
 //! venv), runs a pure-Python CPU loop (`udfs.burn_file` of the Python
 //! benchmark's workload C, calibrated to ~20 ms of CPU per 4 KiB file) over
-//! local files (400; `--quick`: 100) in that interpreter, on one
+//! local files (600; `--quick`: 200) in that interpreter, on one
 //! Python executor of one slot (`python -m udfchain cluster executor --slots
 //! 1`, `workers = 1`) and on two of one slot each (`workers = 2`), each
 //! cluster with its own scheduler (`python -m udfchain cluster scheduler`),
@@ -39,8 +39,10 @@
 //! with the client, the scheduler and any other load. C-py records also
 //! carry `bare_two_over_one`, the driver's loop alone (no engine) in two
 //! processes over one, measured after the runs: what the machine gives a
-//! second process, the ceiling of C-py's speedup (1.5-1.7 on the 2-core
-//! development machine), and `udf_cpu_ms`, the calibrated CPU per call.
+//! second process, the ceiling of C-py's speedup (1.8-2.1 in quiet runs on
+//! the 2-core development machine, 1.5-1.7 at busier times), and
+//! `udf_cpu_ms`, the calibrated CPU per call. See docs/performance.md,
+//! "Cluster".
 //! Nothing is asserted: the harness reports.
 
 use std::path::{Path, PathBuf};
