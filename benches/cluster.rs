@@ -5,19 +5,45 @@
 //! 2`). The scheduler and executors are child processes of this binary
 //! (`--scheduler PORT`, `--executor PORT DIR`) on 127.0.0.1.
 //!
+//! Then workload C-py, the same three ways from Python:
+//! `benches/python/cluster_driver.py`, run with `$UDFCHAIN_BENCH_PYTHON`
+//! (else `~/.cache/udfchain-bench-venv/bin/python`, the Python benchmark's
+//! venv), runs a pure-Python CPU loop (`udfs.burn_file` of the Python
+//! benchmark's workload C, calibrated to ~20 ms of CPU per 4 KiB file) over
+//! local files (600; `--quick`: 200) in that interpreter, on one
+//! Python executor of one slot (`python -m udfchain cluster executor --slots
+//! 1`, `workers = 1`) and on two of one slot each (`workers = 2`), each
+//! cluster with its own scheduler (`python -m udfchain cluster scheduler`),
+//! all children of the driver on 127.0.0.1. Every C-py run has
+//! `parallel = 1, prefetch = 2`: one UDF call at a time locally, as in one
+//! slot. The executors import the UDF by module (the driver's directory is
+//! on their PYTHONPATH): no cloudpickle needed. Without a Python that
+//! imports udfchain (or with `UDFCHAIN_BENCH_PYTHON` set but empty), C-py is
+//! a record with `skipped` and the reason; a C-py run that fails, one with
+//! `error`; the Rust rows run either way.
+//!
 //! ```sh
 //! cargo bench --bench cluster              # full run
 //! cargo bench --bench cluster -- --quick   # scaled down
 //! cargo bench --bench cluster -- --quick --rounds 40   # less CPU per file
+//! UDFCHAIN_BENCH_PYTHON=~/venv/bin/python cargo bench --bench cluster -- --quick
+//! python benches/python/cluster_driver.py --dir /tmp/c-py --quick   # C-py alone
 //! ```
 //!
 //! Reported (a table on stdout and `<target>/bench/cluster.json`): files/s
-//! of each run (the best of `REPEATS` after a warm-up), the ratio of one
-//! executor to local (the cluster path's overhead; target >= 0.8) and of two
-//! executors to one (the second executor's speedup). The machine's cores are
-//! recorded: with 2 cores, the CPU-bound speedup cannot pass 2 and shares the
-//! cores with the client, the scheduler and any other load. Nothing is
-//! asserted: the harness reports.
+//! of each run (the best of `REPEATS` runs after a warm-up; C-py the same),
+//! the ratio of one executor to local (the cluster path's overhead: target
+//! at least 0.8) and of two executors to one (the second executor's
+//! speedup: C-py's target at least 1.4). The machine's cores are recorded:
+//! with 2 cores, the CPU-bound speedup cannot pass 2 and shares the cores
+//! with the client, the scheduler and any other load. C-py records also
+//! carry `bare_two_over_one`, the driver's loop alone (no engine) in two
+//! processes over one, measured after the runs: what the machine gives a
+//! second process, the ceiling of C-py's speedup (1.8-2.1 in quiet runs on
+//! the 2-core development machine, 1.5-1.7 at busier times), and
+//! `udf_cpu_ms`, the calibrated CPU per call. See docs/performance.md,
+//! "Cluster".
+//! Nothing is asserted: the harness reports.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -25,6 +51,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
+use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use udfchain::cluster::{Executor, Scheduler, UdfRegistry};
 use udfchain::udfs::UdfError;
@@ -88,12 +115,32 @@ struct Record {
     speedup_vs_one: Option<f64>,
     cores: usize,
     latency_ms: u64,
-    /// SHA-256 rounds per file of workload C.
+    /// SHA-256 rounds per file of workload C; C-py: rounds of its Python
+    /// byte loop per file.
     burn_rounds: usize,
-    /// `release` (cargo bench) or `dev` (an unoptimized build).
-    profile: &'static str,
+    /// C-py: the calibrated CPU of one call, in ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    udf_cpu_ms: Option<f64>,
+    /// C-py: files/s of its loop alone (no engine, no I/O) in two processes
+    /// over one: what the machine gives a second process, the ceiling of
+    /// `speedup_vs_one`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bare_two_over_one: Option<f64>,
+    /// C-py: the interpreter that ran the client and the executors.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    python: Option<String>,
+    /// `release` (cargo bench) or `dev` (an unoptimized build) for C and A;
+    /// absent for C-py, whose engine is the Python package as installed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    profile: Option<&'static str>,
     quick: bool,
 }
+
+const PROFILE: &str = if cfg!(debug_assertions) {
+    "dev"
+} else {
+    "release"
+};
 
 struct Children(Vec<Child>);
 
@@ -232,11 +279,10 @@ async fn bench(quick: bool, out: &Path) {
                 cores,
                 latency_ms: w.latency_ms,
                 burn_rounds: rounds(),
-                profile: if cfg!(debug_assertions) {
-                    "dev"
-                } else {
-                    "release"
-                },
+                udf_cpu_ms: None,
+                bare_two_over_one: None,
+                python: None,
+                profile: Some(PROFILE),
                 quick,
             });
         };
@@ -256,17 +302,28 @@ async fn bench(quick: bool, out: &Path) {
             }
         }
     }
+    // C-py: after the Rust rows, with their clusters gone.
+    let (py_records, py_notes) = python_rows(quick, dir.path(), cores);
+    records.extend(py_records);
     println!(
-        "\ncluster benchmark ({}, {} build, {} SHA-256 rounds per file in C; {cores} cores \
+        "\ncluster benchmark ({}, {PROFILE} build, {} SHA-256 rounds per file in C; {cores} cores \
          shared by the client, the scheduler, the executors and the rest of the machine)",
         if quick { "--quick" } else { "full" },
-        if cfg!(debug_assertions) {
-            "dev"
-        } else {
-            "release"
-        },
         rounds()
     );
+    if let Some(r) = records.iter().find(|r| r.workload == "C-py") {
+        println!(
+            "C-py: a pure-Python loop of {:.1} ms of CPU per file ({} rounds), Python executors, \
+             parallel = 1 everywhere; the loop alone in two processes / one: {} (the ceiling \
+             of two executors / one); {}",
+            r.udf_cpu_ms.unwrap_or(f64::NAN),
+            r.burn_rounds,
+            r.bare_two_over_one
+                .map(|x| format!("{x:.2}"))
+                .unwrap_or_else(|| "-".into()),
+            r.python.as_deref().unwrap_or("?")
+        );
+    }
     println!(
         "{:<9} {:<14} {:>6} {:>9} {:>9} {:>10} {:>11}",
         "workload", "mode", "files", "seconds", "files/s", "vs local", "vs one exec"
@@ -285,11 +342,170 @@ async fn bench(quick: bool, out: &Path) {
                 .unwrap_or_else(|| "-".into())
         );
     }
+    for note in &py_notes {
+        let (what, why) = match (&note["skipped"], &note["error"]) {
+            (Value::String(s), _) => ("skipped", s.as_str()),
+            (_, Value::String(e)) => ("error", e.as_str()),
+            _ => ("note", ""),
+        };
+        match note["mode"].as_str() {
+            Some(mode) => println!("C-py      {mode}: {what}: {why}"),
+            None => println!("C-py      {what}: {why}"),
+        }
+    }
+    let mut json: Vec<Value> = records
+        .iter()
+        .map(|r| serde_json::to_value(r).expect("json"))
+        .collect();
+    json.extend(py_notes);
     std::fs::create_dir_all(out).expect("bench dir");
     let path = out.join("cluster.json");
-    std::fs::write(&path, serde_json::to_string_pretty(&records).expect("json"))
+    std::fs::write(&path, serde_json::to_string_pretty(&json).expect("json"))
         .expect("write cluster.json");
     println!("\nrecords: {}", path.display());
+}
+
+/// The interpreter of the Python rows: `$UDFCHAIN_BENCH_PYTHON`, else the
+/// Python benchmark's venv (`~/.cache/udfchain-bench-venv`); `None` when
+/// the variable is set but empty (no Python rows: `.ci/run` without a build
+/// of the Python package).
+fn python() -> Option<PathBuf> {
+    match std::env::var_os("UDFCHAIN_BENCH_PYTHON") {
+        Some(p) if p.is_empty() => None,
+        Some(p) => Some(PathBuf::from(p)),
+        None => {
+            let home = std::env::var_os("HOME")
+                .map(PathBuf::from)
+                .unwrap_or_default();
+            Some(home.join(".cache/udfchain-bench-venv/bin/python"))
+        }
+    }
+}
+
+/// Workload C-py: `benches/python/cluster_driver.py` runs it locally, on
+/// one Python executor and on two, and prints one JSON line with the
+/// seconds of each. Its records, and the notes of what did not run (a
+/// record with `skipped`: no Python with udfchain; with `error`: a run that
+/// failed). Never panics: the Rust rows are reported either way.
+fn python_rows(quick: bool, dir: &Path, cores: usize) -> (Vec<Record>, Vec<Value>) {
+    let note = |key: &str, mode: Option<&str>, why: String| {
+        let mut v = json!({"workload": "C-py", key: why});
+        if let Some(m) = mode {
+            v["mode"] = json!(m);
+        }
+        v
+    };
+    let Some(py) = python() else {
+        let why = "UDFCHAIN_BENCH_PYTHON is empty (no Python with udfchain)".to_string();
+        return (Vec::new(), vec![note("skipped", None, why)]);
+    };
+    let driver = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/python/cluster_driver.py");
+    let scratch = dir.join("c-py");
+    // The driver's own watchdog ends it (and its cluster) by then; this
+    // process kills it a minute later if it did not.
+    let deadline: u64 = if quick { 300 } else { 900 };
+    let mut cmd = Command::new(&py);
+    cmd.arg(&driver)
+        .arg("--dir")
+        .arg(&scratch)
+        .args(["--deadline", &deadline.to_string()]);
+    if quick {
+        cmd.arg("--quick");
+    }
+    cmd.env("AWS_METADATA_ENDPOINT", "http://127.0.0.1:1")
+        .env("UDFCHAIN_ROOT", scratch.join("root"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            let why = format!(
+                "cannot run {}: {e} (set UDFCHAIN_BENCH_PYTHON to a Python with udfchain installed)",
+                py.display()
+            );
+            return (Vec::new(), vec![note("skipped", None, why)]);
+        }
+    };
+    let mut stdout = child.stdout.take().expect("piped stdout");
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut stdout, &mut s);
+        s
+    });
+    let limit = Instant::now() + Duration::from_secs(deadline + 60);
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break Ok(s),
+            Ok(None) if Instant::now() < limit => std::thread::sleep(Duration::from_millis(200)),
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break Err(format!("killed after {} s", deadline + 60));
+            }
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break Err(e.to_string());
+            }
+        }
+    };
+    let text = reader.join().unwrap_or_default();
+    let Some(out) = text.lines().rev().find_map(|l| {
+        serde_json::from_str::<Value>(l)
+            .ok()
+            .filter(Value::is_object)
+    }) else {
+        let why = match status {
+            Ok(s) => format!("{} exited with {s} and no result", driver.display()),
+            Err(e) => e,
+        };
+        return (Vec::new(), vec![note("error", None, why)]);
+    };
+    if let Some(why) = out["skipped"].as_str() {
+        return (Vec::new(), vec![note("skipped", None, why.to_string())]);
+    }
+    if let Some(why) = out["error"].as_str() {
+        return (Vec::new(), vec![note("error", None, why.to_string())]);
+    }
+    let files = out["files"].as_u64().unwrap_or(0) as usize;
+    let mut notes: Vec<Value> = out["errors"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(mode, e)| note("error", Some(mode), e.as_str().unwrap_or("?").to_string()))
+        .collect();
+    let Some(local) = out["local"].as_f64() else {
+        notes.push(note("error", None, "the local run failed".into()));
+        return (Vec::new(), notes);
+    };
+    let one = out["one"].as_f64();
+    let record = |mode, executors, secs: f64, vs_one: Option<f64>| Record {
+        workload: "C-py",
+        mode,
+        executors,
+        files,
+        seconds: secs,
+        files_per_s: files as f64 / secs,
+        ratio_to_local: local / secs,
+        speedup_vs_one: vs_one.map(|o| o / secs),
+        cores,
+        latency_ms: 0,
+        burn_rounds: out["burn_rounds"].as_u64().unwrap_or(0) as usize,
+        udf_cpu_ms: out["t_udf_seconds"].as_f64().map(|s| s * 1e3),
+        bare_two_over_one: out["bare_two_over_one"].as_f64(),
+        python: out["python"].as_str().map(str::to_string),
+        profile: None,
+        quick,
+    };
+    let mut records = vec![record("local", 0, local, None)];
+    if let Some(s) = one {
+        records.push(record("one executor", 1, s, None));
+    }
+    if let Some(s) = out["two"].as_f64() {
+        records.push(record("two executors", 2, s, one));
+    }
+    (records, notes)
 }
 
 fn main() {

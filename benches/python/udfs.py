@@ -9,6 +9,9 @@ about 20 ms on this machine). M: decode a JPEG with Pillow, RGB, resize to
 (at `UDFCHAIN_BENCH_MODEL`) over a batch of them; the peers' classes that
 hold the model are in `m_udfchain.py`, `m_datachain.py` and `m_daft.py`
 (one module per peer, so no run imports another peer), their bodies here.
+The cluster benchmark's workload C-py (`cluster_driver.py`) runs C's
+`burn_file` on Python executors, which import this module by name, and
+`pid_file` to see which processes ran the calls.
 """
 
 import hashlib
@@ -45,6 +48,11 @@ def burn_file(file) -> int:
 
 def ident(x: int) -> int:
     return x
+
+
+def pid_file(file) -> int:
+    """The process that ran the call (the cluster benchmark's readiness probe)."""
+    return os.getpid()
 
 
 # ---------------------------------------------------------------------------
