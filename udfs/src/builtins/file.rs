@@ -53,7 +53,17 @@ pub async fn line_count(file: File) -> Result<u64, UdfError> {
 /// Feeds the file's bytes to `f` in order, at most [`CHUNK`] bytes at a time.
 async fn for_each_chunk(file: &File, mut f: impl FnMut(&[u8])) -> Result<(), UdfError> {
     let mut reader = file.open().await?;
-    let mut buf = vec![0u8; CHUNK];
+    // Held in memory already (a small prefetched file): no copy.
+    if let crate::file::FileReader::Memory(bytes) = &reader {
+        f(bytes.get_ref());
+        return Ok(());
+    }
+    // A small file needs no chunk-sized buffer (allocated per call).
+    let cap = match file.size_known() {
+        true => usize::try_from(file.size).map_or(CHUNK, |n| n.clamp(1, CHUNK)),
+        false => CHUNK,
+    };
+    let mut buf = vec![0u8; cap];
     loop {
         let n = reader
             .read(&mut buf)
