@@ -266,9 +266,14 @@ mod tests {
             .set_max_row_group_row_count(Some(100))
             .set_data_page_row_count_limit(20)
             .build();
+        written(&batch, props)
+    }
+
+    /// `batch` as a Parquet file written with `props`.
+    fn written(batch: &RecordBatch, props: WriterProperties) -> Vec<u8> {
         let mut out = Vec::new();
-        let mut w = ArrowWriter::try_new(&mut out, schema, Some(props)).expect("writer");
-        w.write(&batch).expect("write");
+        let mut w = ArrowWriter::try_new(&mut out, batch.schema(), Some(props)).expect("writer");
+        w.write(batch).expect("write");
         w.close().expect("close");
         out
     }
@@ -312,11 +317,7 @@ mod tests {
             .set_max_row_group_row_count(Some(4))
             .set_dictionary_enabled(false)
             .build();
-        let mut out = Vec::new();
-        let mut w = ArrowWriter::try_new(&mut out, schema, Some(props)).expect("writer");
-        w.write(&batch).expect("write");
-        w.close().expect("close");
-        out
+        written(&batch, props)
     }
 
     /// Rows come by ranges of the file, about a row group at a time: no read
