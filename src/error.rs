@@ -321,6 +321,8 @@ pub(crate) fn is_disk_full(e: &(dyn std::error::Error + 'static)) -> bool {
                 continue;
             }
         }
+        // `Error::Io`'s source is an `Arc<io::Error>`: it does not downcast
+        // to the `io::Error` inside.
         if let Some(Error::Io { source, .. }) = e.downcast_ref::<Error>() {
             cause = Some(source.as_ref() as &(dyn std::error::Error + 'static));
             continue;

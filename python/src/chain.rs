@@ -19,7 +19,7 @@ use futures::stream::BoxStream;
 use pyo3::exceptions::{PyStopIteration, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use udfchain::{Chain, Diff, Session, Settings, Udf};
+use udfchain::{Chain, Diff, Session, Settings};
 
 use crate::arrow::{from_ipc, to_ipc};
 use crate::cluster::placed;
@@ -340,15 +340,10 @@ impl PyChain {
         if let Some(ship) = ship {
             udf = udf.with_ship(ship);
         }
-        let udf = Arc::new(udf);
-        let c = self.chain.clone();
-        Ok(of(match kind {
-            "map" => c.udf(Udf::Map(udf)),
-            "gen" => c.udf(Udf::Gen(udf)),
-            "batch_map" => c.udf(Udf::BatchMap(udf)),
-            "agg" => c.udf(Udf::Agg { udf, partition_by }),
-            _ => return Err(PyValueError::new_err(format!("unknown UDF kind {kind:?}"))),
-        }))
+        let udf = Arc::new(udf)
+            .of_kind(kind, partition_by)
+            .ok_or_else(|| PyValueError::new_err(format!("unknown UDF kind {kind:?}")))?;
+        Ok(of(self.chain.clone().udf(udf)))
     }
 
     /// Declares the version of the UDF added last (`Chain::version`): a

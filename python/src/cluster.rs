@@ -69,16 +69,8 @@ fn load(kind: &str, sig: &Signature, partition_by: &[String], code: &[u8]) -> Re
             Arc::clone(all.entry(key).or_insert(udf))
         }
     };
-    Ok(match kind {
-        "map" => Udf::Map(udf),
-        "gen" => Udf::Gen(udf),
-        "batch_map" => Udf::BatchMap(udf),
-        "agg" => Udf::Agg {
-            udf,
-            partition_by: partition_by.to_vec(),
-        },
-        other => return Err(format!("unknown UDF kind {other:?}")),
-    })
+    udf.of_kind(kind, partition_by.to_vec())
+        .ok_or_else(|| format!("unknown UDF kind {kind:?}"))
 }
 
 /// `udfchain._ship.load(code, kind)` as a `PyUdf` with the plan's signature;

@@ -28,6 +28,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString};
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
+use udfchain::Udf;
 use udfchain::udfs::engine::current_source;
 use udfchain::udfs::{
     Aggregator, BatchMapper, BoxError, CallError, Code, Generator, Lifecycle, Mapper, Signature,
@@ -238,6 +239,21 @@ impl PyUdf {
             ship: None,
             code: OnceLock::new(),
         }
+    }
+
+    /// This UDF as the engine's `Udf` of `kind` (`map`, `gen`, `batch_map`,
+    /// `agg` grouped by `partition_by`); `None` for another kind.
+    pub fn of_kind(self: Arc<Self>, kind: &str, partition_by: Vec<String>) -> Option<Udf> {
+        Some(match kind {
+            "map" => Udf::Map(self),
+            "gen" => Udf::Gen(self),
+            "batch_map" => Udf::BatchMap(self),
+            "agg" => Udf::Agg {
+                udf: self,
+                partition_by,
+            },
+            _ => return None,
+        })
     }
 
     /// Sends the UDF to cluster executors as what `ship()` returns.
