@@ -292,3 +292,45 @@ def test_decode_in_a_mode_and_the_pixel_limit(tmp_path: Path) -> None:
             uc.query(f"SELECT image_thumbnail(file, 8) AS t FROM read_storage('{d}')").to_pyarrow()
     finally:
         uc.run("SET max_image_pixels = 178956970; SET on_error = 'fail'")
+
+
+def test_decode_bytes_and_a_max_side_hint(tmp_path: Path) -> None:
+    import io
+
+    def encoded(arr: Any, fmt: str, **kw: Any) -> bytes:
+        out = io.BytesIO()
+        Image.fromarray(arr).save(out, fmt, **kw)
+        return out.getvalue()
+
+    png = encoded(picture(40, 30, seed=1), "PNG")
+    jpeg = encoded(picture(40, 30, seed=2), "JPEG", quality=90)
+    f = uc.func
+    t = (
+        uc.read_values(k=[1, 2, 3], content=[png, jpeg, None])
+        .mutate(img=f.image_decode("content"), small=f.image_resize(f.image_decode("content", "RGB"), 20, 15))
+        .order_by("k")
+        .to_pyarrow()
+    )
+    imgs = t.column("img").to_pylist()
+    assert np.array_equal(pixels(imgs[0]), np.asarray(Image.open(io.BytesIO(png))))
+    assert np.abs(pixels(imgs[1]).astype(int) - np.asarray(Image.open(io.BytesIO(jpeg))).astype(int)).mean() <= 1.5
+    assert imgs[2] is None
+    assert [s["width"] for s in t.column("small").to_pylist()[:2]] == [20, 20]
+    # A JPEG of 800x600 with max_side=150 decodes at 1/4 in the DCT, as
+    # Pillow's draft does for a 150x150 request (a smooth picture: scaled
+    # IDCTs alias fine texture differently).
+    y, x = np.mgrid[0:600, 0:800]
+    smooth = np.stack([x * 255 // 800, y * 255 // 600, (x + y) * 255 // 1400], axis=-1).astype(np.uint8)
+    big = encoded(smooth, "JPEG", quality=90)
+    d = tmp_path / "big"
+    d.mkdir()
+    (d / "big.jpg").write_bytes(big)
+    got = uc.read_storage(str(d)).select(img=f.image_decode("file", "RGB", max_side=150)).to_pyarrow()
+    img = got.column("img").to_pylist()[0]
+    drafted = Image.open(d / "big.jpg")
+    drafted.draft("RGB", (150, 150))
+    want = np.asarray(drafted.convert("RGB"))
+    assert (img["height"], img["width"]) == want.shape[:2] == (150, 200)
+    assert np.abs(pixels(img).astype(int) - want.astype(int)).mean() <= 1.5
+    natural = uc.read_storage(str(d)).select(img=f.image_decode("file", max_side=150)).to_pyarrow()
+    assert natural.column("img").to_pylist()[0] == img

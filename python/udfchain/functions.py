@@ -94,9 +94,15 @@ def max(col: Expr | str) -> Expr:  # noqa: A001 - DataChain's name
 # Images (docs/images.md): `img` and `file` are a column name or an expression.
 
 
-def image_decode(file: Expr | str = "file") -> Expr:
-    """The image in a File column (an Image struct: width, height, mode, data)."""
-    return _call("image_decode", file)
+def image_decode(file: Expr | str = "file", mode: str | None = None, max_side: Value = None) -> Expr:
+    """The image in a File column, or in a binary column of encoded images
+    (an Image struct: width, height, mode, data; a null binary value gives
+    null). `mode` ('L', 'RGB', 'RGBA'; default: the image's own) converts
+    it; `max_side` is a size hint: a JPEG may decode at 1/2, 1/4 or 1/8 of
+    its size in the DCT, its longer side still at least `max_side`."""
+    if max_side is None:
+        return _call("image_decode", file, *_given(mode))
+    return _call("image_decode", file, _internal.literal(mode), max_side)
 
 
 def image_thumbnail(file: Expr | str = "file", max_side: Value = 256) -> Expr:

@@ -47,7 +47,7 @@ use datafusion::logical_expr::{
     ScalarUDF, ScalarUDFImpl, Signature, Subquery, Volatility,
 };
 use datafusion::optimizer::AnalyzerRule;
-use udfchain_udfs::builtins::image::{DecodeSpec, decode_udf};
+use udfchain_udfs::builtins::image::{DecodeInput, DecodeSpec, decode_udf};
 use udfchain_udfs::builtins::{file_size, image_size, line_count, md5, read_text, sha256};
 use udfchain_udfs::{File, Mapper, UdfError, map_fn};
 
@@ -89,6 +89,25 @@ impl Builtin {
             decode: None,
             key: name.to_string(),
         }
+    }
+
+    /// This decoder reading the encoded images from a binary column.
+    fn over_bytes(&self) -> Builtin {
+        match self.decode {
+            Some(spec) => Self::decoder(
+                &self.name,
+                DecodeSpec {
+                    input: DecodeInput::Bytes,
+                    ..spec
+                },
+            ),
+            None => self.clone(),
+        }
+    }
+
+    /// Whether this built-in reads a binary column (a decoder of bytes).
+    fn takes_bytes(&self) -> bool {
+        self.decode.is_some_and(|d| d.input == DecodeInput::Bytes)
     }
 
     /// The image decoder `name` decoding as `spec` says.
@@ -470,11 +489,17 @@ impl Rewriter {
         let Some((first, rest)) = args.split_first() else {
             return plan(format!("{}; got no argument", takes(&b.name)));
         };
-        let b = b.for_args(rest, &self.settings)?;
+        let mut b = b.for_args(rest, &self.settings)?;
+        if matches!(first, Expr::OuterReferenceColumn(..)) {
+            return Ok(Transformed::no(x));
+        }
+        // A decoder over a binary column decodes its bytes as they are.
+        if b.decode.is_some() && arg_type(first, inputs)?.as_ref().is_some_and(is_binary) {
+            b = b.over_bytes();
+        }
         let c = match first {
             Expr::Column(c) => c.clone(),
-            Expr::OuterReferenceColumn(..) => return Ok(Transformed::no(x)),
-            other => match self.file_arg(other, inputs)? {
+            other => match self.arg_column(other, inputs, b.takes_bytes())? {
                 Some(c) => c,
                 None => return plan(format!("{}; got {other}", takes(&b.name))),
             },
@@ -549,23 +574,26 @@ impl Rewriter {
         Ok(sub)
     }
 
-    /// A `File`-valued expression that is not a column (`file_from_url(url)`)
-    /// as a column: projected onto the input holding its columns, once per
-    /// statement for the same expression. `None` when it is no `File` or
+    /// A `File`-valued expression that is not a column (`file_from_url(url)`),
+    /// or a binary-valued one when `bytes` (a decoder's argument), as a
+    /// column: projected onto the input holding its columns, once per
+    /// statement for the same expression. `None` when it is neither or
     /// reads no single input.
-    fn file_arg(&mut self, e: &Expr, inputs: &mut [LogicalPlan]) -> DfResult<Option<Column>> {
+    fn arg_column(
+        &mut self,
+        e: &Expr,
+        inputs: &mut [LogicalPlan],
+        bytes: bool,
+    ) -> DfResult<Option<Column>> {
         if e.contains_outer() {
             return Ok(None);
         }
-        let refs = e.column_refs();
-        let Some(i) = inputs
-            .iter()
-            .position(|p| refs.iter().all(|c| p.schema().has_column(c)))
-        else {
+        let Some(i) = input_of(e, inputs) else {
             return Ok(None);
         };
         let schema = Arc::clone(inputs[i].schema());
-        if !File::is_file_type(&e.get_type(&schema)?) {
+        let t = e.get_type(&schema)?;
+        if !(File::is_file_type(&t) || bytes && is_binary(&t)) {
             return Ok(None);
         }
         if let Some((_, name)) = self
@@ -708,7 +736,41 @@ fn subquery_calls(table: &[Builtin], sub: &Subquery) -> DfResult<bool> {
 }
 
 fn takes(name: &str) -> String {
-    format!("{name}() takes a File column, e.g. {name}(file)")
+    match name {
+        "image_decode" | "image_thumbnail" => {
+            format!("{name}() takes a File column or a binary column, e.g. {name}(file)")
+        }
+        _ => format!("{name}() takes a File column, e.g. {name}(file)"),
+    }
+}
+
+/// The index of the input holding every column `e` reads.
+fn input_of(e: &Expr, inputs: &[LogicalPlan]) -> Option<usize> {
+    let refs = e.column_refs();
+    inputs
+        .iter()
+        .position(|p| refs.iter().all(|c| p.schema().has_column(c)))
+}
+
+/// `e`'s type over the input holding its columns (`None`: no one input does).
+fn arg_type(e: &Expr, inputs: &[LogicalPlan]) -> DfResult<Option<DataType>> {
+    if e.contains_outer() {
+        return Ok(None);
+    }
+    match input_of(e, inputs) {
+        Some(i) => Ok(Some(e.get_type(inputs[i].schema())?)),
+        None => Ok(None),
+    }
+}
+
+fn is_binary(t: &DataType) -> bool {
+    matches!(
+        t,
+        DataType::Binary
+            | DataType::LargeBinary
+            | DataType::BinaryView
+            | DataType::FixedSizeBinary(_)
+    )
 }
 
 fn plan<T>(message: String) -> DfResult<T> {

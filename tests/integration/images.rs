@@ -195,8 +195,18 @@ async fn sql_thumbnails_fit_their_size_and_equal_the_udf_called_directly() {
         ),
         ("image_thumbnail(file, 0)", "from 1 to 65535"),
         ("image_thumbnail(file, file.size)", "a constant max_side"),
-        ("image_decode(file, 3)", "mode is 'L', 'RGB' or 'RGBA'"),
-        ("image_decode(file, 'RGB', 2)", "an optional constant mode"),
+        (
+            "image_decode(file, 3)",
+            "mode is 'L', 'RGB', 'RGBA' or NULL",
+        ),
+        (
+            "image_decode(file, 'RGB', 2, 3)",
+            "an optional constant mode",
+        ),
+        (
+            "image_decode(file, 'RGB', file.size)",
+            "max_side is a whole number",
+        ),
     ] {
         let err = r
             .run(&format!("SELECT {call} FROM read_storage('{d}')"))
@@ -355,4 +365,125 @@ async fn max_image_pixels_refuses_larger_images_as_row_errors() {
         files.len(),
         "all at exactly the limit"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sql_decodes_a_binary_column_and_takes_a_max_side_hint() {
+    use base64::Engine as _;
+    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+    let png = encode(picture(48, 32, 1).view(), Format::Png, None).expect("png");
+    let jpeg = encode(picture(40, 30, 2).view(), Format::Jpeg, Some(90)).expect("jpeg");
+    let root = tempfile::tempdir().expect("root");
+    let r = runner(root.path());
+    let rows = format!(
+        "SELECT 1 AS k, decode('{}', 'base64') AS content
+         UNION ALL SELECT 2, decode('{}', 'base64')
+         UNION ALL SELECT 3, CAST(NULL AS BYTEA)
+         UNION ALL SELECT 4, decode('{}', 'base64')",
+        b64(&png),
+        b64(&jpeg),
+        b64(b"not an image at all"),
+    );
+    // Bytes decode as they are; null stays null; a broken value is its
+    // row's error under on_error.
+    let batches = last_table(
+        &r,
+        &format!(
+            "SET on_error = 'null';
+             SELECT k, image_decode(content) AS img,
+                    image_resize(image_decode(content, 'RGB'), 24, 16, 'bilinear') AS small
+             FROM ({rows}) ORDER BY k"
+        ),
+    )
+    .await;
+    let b = datafusion::arrow::compute::concat_batches(&batches[0].schema(), &batches)
+        .expect("one batch");
+    let imgs = Image::views(b.column(1).as_ref()).expect("images");
+    let smalls = Image::views(b.column(2).as_ref()).expect("images");
+    for (row, bytes) in [(0, &png), (1, &jpeg)] {
+        let want = decode(bytes, &DecodeOptions::default()).expect("decode");
+        assert_eq!(imgs[row].expect("decoded").to_image(), want, "row {row}");
+        let small = resize(want.view(), 24, 16, Filter::Bilinear).expect("resize");
+        assert_eq!(smalls[row].expect("resized").to_image(), small, "row {row}");
+    }
+    assert!(
+        imgs[2].is_none() && imgs[3].is_none(),
+        "null in, and a broken value"
+    );
+    let plan = table_text(
+        &r,
+        &format!(
+            "EXPLAIN SELECT image_resize(image_decode(content, 'RGB'), 24, 16, 'bilinear') \
+             FROM ({rows})"
+        ),
+    )
+    .await;
+    assert!(
+        plan.contains("image_decode[input=bytes,mode=RGB,resize=24x16/bilinear]"),
+        "{plan}"
+    );
+    let err = r
+        .run(&format!(
+            "SET on_error = 'fail'; SELECT image_decode(content) FROM ({rows})"
+        ))
+        .await
+        .expect_err("row 4 is no image");
+    assert!(err.to_string().contains("not an image"), "{err}");
+    // A column of another type is a plan error saying what it takes.
+    let err = r
+        .run("SELECT image_decode(k) FROM (SELECT 1 AS k)")
+        .await
+        .expect_err("an integer");
+    assert!(
+        err.to_string()
+            .contains("takes a File column or a binary column"),
+        "{err}"
+    );
+
+    // max_side: an 800x600 JPEG decodes at 1/4 of its size in the DCT for
+    // 150 (1/8 would be under 150); a PNG keeps its size; NULL leaves a
+    // part unset.
+    let dir = tempfile::tempdir().expect("dir");
+    let big = encode(picture(800, 600, 3).view(), Format::Jpeg, Some(90)).expect("jpeg");
+    std::fs::write(dir.path().join("big.jpg"), &big).expect("write");
+    std::fs::write(dir.path().join("small.png"), &png).expect("write");
+    let d = dir.path().display();
+    let batches = last_table(
+        &r,
+        &format!(
+            "SELECT file.path AS path, image_decode(file, 'RGB', 150) AS hinted,
+                    image_decode(file, NULL, 150) AS natural
+             FROM read_storage('{d}') ORDER BY path"
+        ),
+    )
+    .await;
+    let b = datafusion::arrow::compute::concat_batches(&batches[0].schema(), &batches)
+        .expect("one batch");
+    let hinted = Image::views(b.column(1).as_ref()).expect("images");
+    let natural = Image::views(b.column(2).as_ref()).expect("images");
+    let want = decode(
+        &big,
+        &DecodeOptions {
+            mode: Some(Mode::Rgb),
+            max_side: Some(150),
+            ..DecodeOptions::default()
+        },
+    )
+    .expect("decode");
+    assert_eq!((want.width, want.height), (200, 150));
+    assert_eq!(hinted[0].expect("big").to_image(), want);
+    assert_eq!(
+        natural[0].expect("big").to_image(),
+        want,
+        "a JPEG's natural mode is RGB"
+    );
+    let small = hinted[1].expect("small").to_image();
+    assert_eq!((small.width, small.height), (48, 32));
+    let err = r
+        .run(&format!(
+            "SELECT image_decode(file, 'RGB', 0) FROM read_storage('{d}')"
+        ))
+        .await
+        .expect_err("max_side 0");
+    assert!(err.to_string().contains("max_side"), "{err}");
 }

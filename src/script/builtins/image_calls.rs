@@ -2,9 +2,11 @@
 //! arguments after the File column, and the fusion of a decode with the
 //! convert and resize above it.
 //!
-//! `image_decode(file [, mode])` and `image_thumbnail(file, max_side)` take
-//! constants after the File column; a bad one is a plan error naming the
-//! function and what it takes.
+//! `image_decode(file [, mode [, max_side]])` and `image_thumbnail(file,
+//! max_side)` take constants after the File (or binary) column; a bad one is
+//! a plan error naming the function and what it takes. `max_side` is a size
+//! hint: a JPEG may decode at 1/2, 1/4 or 1/8 of its size in the DCT, its
+//! longer side still at least `max_side`.
 //!
 //! Fusion: `image_convert(image_decode(f), m)`, `image_resize(image_decode(f),
 //! w, h [, filter])` and `image_resize_to_fit(image_decode(f), s [, filter])`,
@@ -31,6 +33,10 @@ use udfchain_udfs::builtins::image::{DecodeSpec, Filter, Image, MAX_SIDE, Mode, 
 
 use super::{Builtin, Stub};
 
+/// What `image_decode` takes, for its plan errors.
+const DECODE_TAKES: &str = "takes a File or binary column, then an optional constant mode \
+     and max_side, e.g. image_decode(file, 'RGB') or image_decode(file, 'RGB', 224)";
+
 /// The spec of a decoder call `name(file, rest..)` whose table entry
 /// decodes as `base`.
 pub(super) fn spec_for(name: &str, base: DecodeSpec, rest: &[Expr]) -> DfResult<DecodeSpec> {
@@ -47,15 +53,33 @@ pub(super) fn spec_for(name: &str, base: DecodeSpec, rest: &[Expr]) -> DfResult<
             "takes a File column and a constant max_side, e.g. image_thumbnail(file, 256)",
         )),
         (_, []) => Ok(base),
-        (_, [mode]) if base == DecodeSpec::default() => {
-            let mode = text(mode)
-                .and_then(|m| Mode::parse(m).ok())
-                .ok_or_else(|| bad(&format!("mode is 'L', 'RGB' or 'RGBA'; got {mode}")))?;
-            Ok(DecodeSpec::decode(Some(mode)))
+        (_, [mode, draft @ ..]) if base == DecodeSpec::default() => {
+            let mode = match mode {
+                Expr::Literal(v, _) if v.is_null() => None,
+                _ => Some(
+                    text(mode)
+                        .and_then(|m| Mode::parse(m).ok())
+                        .ok_or_else(|| {
+                            bad(&format!("mode is 'L', 'RGB', 'RGBA' or NULL; got {mode}"))
+                        })?,
+                ),
+            };
+            let draft = match draft {
+                [] => None,
+                [Expr::Literal(v, _)] if v.is_null() => None,
+                [s] => Some(side(s).ok_or_else(|| {
+                    bad(&format!(
+                        "max_side is a whole number from 1 to {MAX_SIDE}; got {s}"
+                    ))
+                })?),
+                _ => return Err(bad(DECODE_TAKES)),
+            };
+            Ok(DecodeSpec {
+                draft,
+                ..DecodeSpec::decode(mode)
+            })
         }
-        _ => Err(bad(
-            "takes a File column and an optional constant mode, e.g. image_decode(file, 'RGB')",
-        )),
+        _ => Err(bad(DECODE_TAKES)),
     }
 }
 
@@ -85,7 +109,7 @@ fn fused(x: &Expr) -> Option<Expr> {
     };
     let (inner, rest) = args.split_first()?;
     let (file, spec) = decode_call(inner)?;
-    if spec.resize.is_some() || spec.draft.is_some() {
+    if spec.resize.is_some() {
         return None;
     }
     let spec = match (func.name(), rest) {

@@ -1,7 +1,8 @@
-//! The SQL built-ins `image_decode(file [, mode])` and `image_thumbnail(file,
-//! max_side)`, and a decode fused with the resize after it, as one map UDF
-//! over a batch: the rows' files are read (from their prefetched copies) one
-//! after another, then decoded (and resized) data-parallel on rayon's pool,
+//! The SQL built-ins `image_decode(file | bytes [, mode [, max_side]])` and
+//! `image_thumbnail(file, max_side)`, and a decode fused with the resize
+//! after it, as one map UDF over a batch: the rows' files are read (from
+//! their prefetched copies) one after another, or their bytes taken from a
+//! binary column as they are, then decoded (and resized) data-parallel on rayon's pool,
 //! so one call keeps every core busy and a full-size image never leaves the
 //! worker that decoded it. A per-row typed function (`udfs::map_fn(..,
 //! image_decode)`) decodes the rows of a call one after another, and calls
@@ -9,7 +10,8 @@
 //! milliseconds a run at a time left cores idle.
 //!
 //! Guarantees: each row's outcome is its own (a file that does not read or
-//! decode is that row's error, naming the file; a null file is an error);
+//! decode is that row's error, naming the file; a null file is an error, a
+//! null binary value a null image);
 //! the values are exactly those of decoding the same bytes, converting to the
 //! spec's mode and resizing with the image functions one after another
 //! ([`DecodeSpec`] says which); a UDF's name is its spec's [`DecodeSpec::name`],
@@ -19,27 +21,41 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use datafusion::arrow::array::{ArrayRef, RecordBatch};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::DataType;
 use rayon::prelude::*;
 
 use super::{
     DecodeOptions, Filter, Image, MAX_IMAGE_PIXELS, MAX_SIDE, Mode, blocking, decode, image_decode,
     resize, resize_to_fit,
 };
-use crate::codec::{decode_rows, encode_column};
-use crate::error::{CallError, UdfError};
+use crate::codec::decode_rows;
+use crate::error::{BoxError, CallError, UdfError};
 use crate::file::File;
 use crate::signature::Signature;
 use crate::udf::{EachRow, Mapper, map_fn};
 
+/// Where a decode node's encoded images come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum DecodeInput {
+    /// A File column: each row's object is read (its prefetched copy).
+    #[default]
+    File,
+    /// A binary column holding the encoded images themselves.
+    Bytes,
+}
+
 /// What a decode node makes of each stored image.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct DecodeSpec {
+    /// What the node reads: files, or bytes.
+    pub input: DecodeInput,
     /// The mode to convert to; `None`: the image's natural mode.
     pub mode: Option<Mode>,
     /// The longest side needed: a JPEG may be decoded at reduced size in
-    /// the DCT (see [`DecodeOptions::max_side`]). Only a thumbnail sets it:
-    /// it changes pixels.
+    /// the DCT (see [`DecodeOptions::max_side`]). Set by a thumbnail and by
+    /// `image_decode`'s `max_side`: it changes pixels.
     pub draft: Option<u32>,
     /// The resize after decoding.
     pub resize: Option<Resize>,
@@ -71,6 +87,7 @@ pub enum Resize {
 impl Default for DecodeSpec {
     fn default() -> Self {
         Self {
+            input: DecodeInput::File,
             mode: None,
             draft: None,
             resize: None,
@@ -105,6 +122,9 @@ impl DecodeSpec {
     /// brackets, e.g. `image_decode[mode=RGB,resize=224x224/bilinear]`.
     pub fn name(&self) -> String {
         let mut parts = Vec::new();
+        if self.input == DecodeInput::Bytes {
+            parts.push("input=bytes".to_string());
+        }
         if let Some(m) = self.mode {
             parts.push(format!("mode={}", m.as_str()));
         }
@@ -147,6 +167,7 @@ impl DecodeSpec {
         for part in inner.split(',') {
             let (key, value) = part.split_once('=')?;
             match key {
+                "input" if value == "bytes" => spec.input = DecodeInput::Bytes,
                 "mode" => spec.mode = Some(Mode::parse(value).ok()?),
                 "draft" => spec.draft = Some(side(value)?),
                 "resize" => {
@@ -209,6 +230,10 @@ pub fn decode_udf(
     // The signature a typed UDF of the same function would have, named by the spec.
     let mut signature = map_fn(&[param], output, image_decode)?.signature().clone();
     signature.name = spec.name();
+    if spec.input == DecodeInput::Bytes {
+        signature.input = Some(DataType::Binary);
+        signature.output = signature.output.with_nullable(true);
+    }
     Ok(Arc::new(DecodeUdf { signature, spec }))
 }
 
@@ -239,24 +264,10 @@ impl Mapper for DecodeUdf {
         input: RecordBatch,
         stop_at_error: bool,
     ) -> Result<EachRow, CallError> {
-        let files: Vec<Option<File>> = decode_rows(&input, &self.signature.params)?;
-        let mut read = Vec::with_capacity(files.len());
-        for file in &files {
-            let bytes = match file {
-                Some(f) => f.read().await.map(|b| (f, b)),
-                None => Err(UdfError::Contract("a null file".into())),
-            };
-            let failed = bytes.is_err();
-            read.push(bytes);
-            if failed && stop_at_error {
-                break;
-            }
-        }
-        let decoded: Vec<Result<Image, UdfError>> = blocking(|| {
-            read.into_par_iter()
-                .map(|r| r.and_then(|(f, bytes)| self.spec.apply_to(f, &bytes)))
-                .collect()
-        });
+        let decoded = match self.spec.input {
+            DecodeInput::File => self.decode_files(&input, stop_at_error).await?,
+            DecodeInput::Bytes => self.decode_bytes(&input)?,
+        };
         let mut values = Vec::with_capacity(decoded.len());
         let mut outcomes = Vec::with_capacity(decoded.len());
         for d in decoded {
@@ -272,7 +283,76 @@ impl Mapper for DecodeUdf {
                 break;
             }
         }
-        let values = encode_column(&self.signature.output, &values).map_err(CallError::whole)?;
+        let values = Image::to_array(values.iter().map(Option::as_ref));
         Ok(EachRow { values, outcomes })
+    }
+}
+
+/// One row's decoded image (`None`: a null binary value), or its error.
+type Decoded = Result<Option<Image>, BoxError>;
+
+impl DecodeUdf {
+    /// The images of the batch's files: read one after another (from their
+    /// prefetched copies), then decoded data-parallel; stops after the
+    /// first file that does not read when `stop_at_error`.
+    async fn decode_files(
+        &self,
+        input: &RecordBatch,
+        stop_at_error: bool,
+    ) -> Result<Vec<Decoded>, CallError> {
+        let files: Vec<Option<File>> = decode_rows(input, &self.signature.params)?;
+        let mut read = Vec::with_capacity(files.len());
+        for file in &files {
+            let bytes = match file {
+                Some(f) => f.read().await.map(|b| (f, b)),
+                None => Err(UdfError::Contract("a null file".into())),
+            };
+            let failed = bytes.is_err();
+            read.push(bytes);
+            if failed && stop_at_error {
+                break;
+            }
+        }
+        Ok(blocking(|| {
+            read.into_par_iter()
+                .map(|r| {
+                    r.and_then(|(f, bytes)| self.spec.apply_to(f, &bytes))
+                        .map(Some)
+                        .map_err(BoxError::from)
+                })
+                .collect()
+        }))
+    }
+
+    /// The images in the batch's binary column, decoded data-parallel
+    /// without copying the bytes (a null value is a null image).
+    fn decode_bytes(&self, input: &RecordBatch) -> Result<Vec<Decoded>, CallError> {
+        let param = &self.signature.params[0];
+        let column = input.column_by_name(param).ok_or_else(|| {
+            CallError::whole(UdfError::Contract(format!(
+                "no column {param} in the input"
+            )))
+        })?;
+        let column = cast(column, &DataType::Binary).map_err(|e| {
+            CallError::whole(UdfError::Convert {
+                what: format!("column {param} ({})", column.data_type()),
+                message: format!("image_decode takes a File or a binary column: {e}"),
+            })
+        })?;
+        let bytes = column.as_binary::<i32>();
+        Ok(blocking(|| {
+            (0..bytes.len())
+                .into_par_iter()
+                .map(|row| {
+                    if bytes.is_null(row) {
+                        return Ok(None);
+                    }
+                    self.spec
+                        .apply(bytes.value(row))
+                        .map(Some)
+                        .map_err(BoxError::from)
+                })
+                .collect()
+        }))
     }
 }

@@ -20,7 +20,7 @@ use datafusion::arrow::array::{Array, ArrayRef};
 use rayon::prelude::*;
 
 pub use decode::{DecodeOptions, ImageError, MAX_IMAGE_PIXELS, decode};
-pub use decode_udf::{DecodeSpec, Resize, decode_udf};
+pub use decode_udf::{DecodeInput, DecodeSpec, Resize, decode_udf};
 pub use functions::{center_crop_expr, convert_expr, functions, resize_expr, resize_to_fit_expr};
 pub use ops::{
     Filter, Format, MAX_SIDE, center_crop, convert, crop, encode, fit_size, resize, resize_to_fit,

@@ -218,6 +218,11 @@ fn a_decode_spec_gives_the_values_of_its_steps_one_after_another() {
         ..DecodeSpec::thumbnail(128)
     };
     assert_eq!(DecodeSpec::from_name(&thumb.name()), Some(thumb));
+    let of_bytes = DecodeSpec {
+        input: DecodeInput::Bytes,
+        ..thumb
+    };
+    assert_eq!(DecodeSpec::from_name(&of_bytes.name()), Some(of_bytes));
     assert!(thumb.apply(&files[0]).is_err(), "96x64 is over 1000 pixels");
     for bad in [
         "image_decode[]",
@@ -227,6 +232,7 @@ fn a_decode_spec_gives_the_values_of_its_steps_one_after_another() {
         "image_decode[mode=RGB",
         "image_decoder",
         "image_decode[x=1]",
+        "image_decode[input=file]",
     ] {
         assert_eq!(DecodeSpec::from_name(bad), None, "{bad}");
     }
