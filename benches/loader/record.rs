@@ -47,7 +47,8 @@ pub struct Record {
     /// "pyarrow->pyarrow" (the reference).
     pub peer: Option<&'static str>,
     /// flight: the request's `max_message_bytes` (`null`: the server's
-    /// default, 2 MiB; the reference sends each partition as one message).
+    /// default for the client, 16 MiB for pyarrow's and 2 MiB for others;
+    /// the reference sends each partition as one message).
     pub max_message_bytes: Option<usize>,
     /// flight: timed rounds (after one warm-up); `seconds` is the best.
     pub rounds: Option<usize>,

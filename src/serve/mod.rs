@@ -28,7 +28,9 @@ pub(crate) mod ticket;
 // the default message size) and the server's knobs with their defaults; the
 // service, tickets and read-ahead stay inside (tests reach the ticket key and
 // the request size cap through `testing`).
-pub use flight::{FLIGHT_DATA_SIZE, STATS_ACTION};
+pub use flight::{
+    FLIGHT_DATA_SIZE, FLIGHT_DATA_SIZE_UNLIMITED_CLIENT, STATS_ACTION, default_message_bytes,
+};
 pub use readahead::{
     DEFAULT_MAX_STREAMS, DEFAULT_MAX_STREAMS_PER_CLIENT, DEFAULT_MEMORY_LIMIT, READ_AHEAD_SHARE,
     ReadAheadStats, ServeLimits,

@@ -81,11 +81,11 @@ pub struct FlightRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parallel_requests: Option<usize>,
     /// The most bytes of Arrow data in one `do_get` message, in
-    /// [`MESSAGE_BYTES_RANGE`] (default [`super::FLIGHT_DATA_SIZE`], 2 MiB: under
-    /// the 4 MiB every gRPC library accepts by default). A client that accepts
-    /// larger messages (pyarrow's accepts any size) reads faster with fewer:
-    /// 16 MiB sends a partition of 8 MB whole. A single row larger than this
-    /// still goes as one message.
+    /// [`MESSAGE_BYTES_RANGE`] (default [`super::default_message_bytes`]: 2 MiB,
+    /// under the 4 MiB every gRPC library accepts by default, or 16 MiB for
+    /// Arrow's C++ client, pyarrow's, which accepts any size and reads faster
+    /// with fewer messages: a partition of 8 MB whole). A single row larger
+    /// than this still goes as one message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_message_bytes: Option<usize>,
 }

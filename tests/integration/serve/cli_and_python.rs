@@ -137,3 +137,44 @@ async fn python_client_reads_exactly_the_datasets_rows() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// pyarrow's own client, not asking for a message size, gets a partition of
+/// 4 MiB in one message (Arrow's C++ client accepts any size), and the
+/// request's `max_message_bytes` still bounds its messages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pyarrow_gets_a_partition_whole_by_default() {
+    let python = match python_with_pyarrow() {
+        Ok(python) => python,
+        Err(why) => {
+            println!("SKIPPED pyarrow_gets_a_partition_whole_by_default: {why}");
+            return;
+        }
+    };
+    let (root, _session) = items(512, 8192).await;
+    let (mut child, addr) = spawn_cli(root.path());
+    let script = "import json, sys, pyarrow.flight as fl\n\
+        c = fl.connect(sys.argv[1])\n\
+        info = c.get_flight_info(fl.FlightDescriptor.for_command(sys.argv[2]))\n\
+        chunks = [ch.data.num_rows for ch in c.do_get(info.endpoints[0].ticket)]\n\
+        print(json.dumps({'chunks': len(chunks), 'rows': sum(chunks)}))\n";
+    let run = |json: &str| {
+        let out = Command::new(&python)
+            .args(["-c", script, &format!("grpc://{addr}"), json])
+            .output()
+            .expect("run python");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("JSON")
+    };
+    let whole = run(r#"{"dataset": "items", "partition_rows": 512}"#);
+    assert_eq!(whole["rows"], 512);
+    assert_eq!(whole["chunks"], 1, "{whole}");
+    let pieces = run(r#"{"dataset": "items", "partition_rows": 512, "max_message_bytes": 1048576}"#);
+    assert_eq!(pieces["rows"], 512);
+    assert!(pieces["chunks"].as_u64() >= Some(4), "{pieces}");
+    let _ = child.kill();
+    let _ = child.wait();
+}

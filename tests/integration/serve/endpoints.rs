@@ -11,7 +11,7 @@ use arrow_flight::{Criteria, FlightData, FlightInfo};
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use datafusion::arrow::datatypes::DataType;
 use futures::TryStreamExt;
-use udfchain::serve::{FLIGHT_DATA_SIZE, FlightServer};
+use udfchain::serve::{FLIGHT_DATA_SIZE, FLIGHT_DATA_SIZE_UNLIMITED_CLIENT, FlightServer};
 use udfchain::{Chain, File, Session, Settings};
 
 use udfchain_testkit::{S3Server, content, write_files};
@@ -63,17 +63,27 @@ async fn endpoints_cover_every_row_once_in_dataset_order() {
     server.stop().await;
 }
 
+/// pyarrow 26's gRPC `user-agent` (Arrow's C++ Flight client).
+const PYARROW_USER_AGENT: &str = "grpc-c++/1.81.1 grpc-c/54.0.0 (linux; chttp2)";
+
 /// Every message of partition 0 of `json`, read by a raw client with tonic's
-/// receive limit raised to `limit` (`None`: its default 4 MiB).
-async fn raw_messages(addr: SocketAddr, json: &str, limit: Option<usize>) -> Vec<FlightData> {
+/// receive limit raised to `limit` (`None`: its default 4 MiB), sending
+/// `user_agent` before tonic's own when given.
+async fn raw_messages(
+    addr: SocketAddr,
+    json: &str,
+    limit: Option<usize>,
+    user_agent: Option<&str>,
+) -> Vec<FlightData> {
     let mut c = client(addr).await;
     let fi = info(&mut c, json).await.expect("info");
     assert_eq!(fi.endpoint.len(), 1);
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-        .expect("endpoint")
-        .connect()
-        .await
-        .expect("connect");
+    let mut endpoint =
+        tonic::transport::Endpoint::from_shared(format!("http://{addr}")).expect("endpoint");
+    if let Some(ua) = user_agent {
+        endpoint = endpoint.user_agent(ua).expect("a user agent");
+    }
+    let channel = endpoint.connect().await.expect("connect");
     let mut raw = FlightServiceClient::new(channel);
     if let Some(limit) = limit {
         raw = raw.max_decoding_message_size(limit);
@@ -98,11 +108,13 @@ async fn a_large_partition_arrives_in_bounded_messages_in_row_order() {
     let json = |extra: &str| format!(r#"{{"dataset": "items", "partition_rows": {n}{extra}}}"#);
     // The default fits tonic's default limit; a request's max_message_bytes
     // bounds the messages instead (the IPC body pads each of its 3 buffers to
-    // 64 bytes); a client that accepts more gets the ~6 MB batch whole.
-    for (extra, limit, bound, count) in [
-        ("", None, FLIGHT_DATA_SIZE, 3..=usize::MAX),
+    // 64 bytes); a client that accepts more gets the ~6 MB batch whole, and
+    // so does Arrow's C++ client (pyarrow's user agent) by default.
+    for (extra, limit, ua, bound, count) in [
+        ("", None, None, FLIGHT_DATA_SIZE, 3..=usize::MAX),
         (
             r#", "max_message_bytes": 1048576"#,
+            None,
             None,
             1 << 20,
             7..=usize::MAX,
@@ -110,11 +122,26 @@ async fn a_large_partition_arrives_in_bounded_messages_in_row_order() {
         (
             r#", "max_message_bytes": 16777216"#,
             Some(32 << 20),
+            None,
             16 << 20,
             2..=2,
         ),
+        (
+            "",
+            Some(32 << 20),
+            Some(PYARROW_USER_AGENT),
+            FLIGHT_DATA_SIZE_UNLIMITED_CLIENT,
+            2..=2,
+        ),
+        (
+            r#", "max_message_bytes": 1048576"#,
+            None,
+            Some(PYARROW_USER_AGENT),
+            1 << 20,
+            7..=usize::MAX,
+        ),
     ] {
-        let messages = raw_messages(server.addr, &json(extra), limit).await;
+        let messages = raw_messages(server.addr, &json(extra), limit, ua).await;
         let bodies: Vec<usize> = messages.iter().map(|m| m.data_body.len()).collect();
         assert!(
             count.contains(&bodies.len()),
