@@ -183,8 +183,8 @@ impl Decompressor {
         if !scaled {
             return Ok(None);
         }
-        // SAFETY: after jpeg_read_header with the parameters set; errors unwind.
-        unsafe { mozjpeg_sys::jpeg_start_decompress(cinfo) };
+        // The output's size as jpeg_calc_output_dimensions set it, checked
+        // before libjpeg reads the scans or the buffer exists.
         let (w, h) = (cinfo.output_width, cinfo.output_height);
         let channels = usize::try_from(cinfo.output_components).unwrap_or(0);
         if channels != if gray { 1 } else { 3 } {
@@ -200,6 +200,16 @@ impl Decompressor {
             .and_then(|h| h.checked_mul(row))
             .filter(|&s| u64::try_from(s).is_ok_and(|s| s <= budget))
             .ok_or_else(|| format!("a {w}x{h} JPEG output is over the memory budget"))?;
+        // SAFETY: after jpeg_read_header with the parameters set; errors unwind.
+        unsafe { mozjpeg_sys::jpeg_start_decompress(cinfo) };
+        if (
+            cinfo.output_width,
+            cinfo.output_height,
+            cinfo.output_components,
+        ) != (w, h, c_int::try_from(channels).unwrap_or(0))
+        {
+            return Err("libjpeg changed the output size".into());
+        }
         let mut pixels = vec![0u8; size];
         while cinfo.output_scanline < h {
             let start = usize::try_from(cinfo.output_scanline)
