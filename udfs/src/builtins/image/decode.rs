@@ -10,12 +10,12 @@
 //!   `max_pixels` pixels (default [`MAX_IMAGE_PIXELS`], Pillow's
 //!   `Image.MAX_IMAGE_PIXELS`) is refused before any pixel buffer exists;
 //! - the decoders' own allocations are bounded by the same budget
-//!   (`image::Limits`, `jpeg_decoder`'s buffer limit);
+//!   (`image::Limits`, libjpeg's `max_memory_to_use`);
 //! - truncated or corrupt input ends in an [`ImageError`], never a panic.
 //!
 //! With a `max_side` hint, a JPEG at least twice as large as the hint is
-//! decoded at 1/2, 1/4 or 1/8 of its size in the DCT (`jpeg_decoder`'s
-//! `scale`, libjpeg's `scale_denom`, Pillow's `draft`): the smallest of those
+//! decoded at 1/2, 1/4 or 1/8 of its size in the DCT by libjpeg-turbo
+//! (`jpeg_scaled.rs`; libjpeg's `scale_denom`, Pillow's `draft`): the smallest of those
 //! whose longer side is still at least `max_side`, so a 224-pixel thumbnail of
 //! a 4,000-pixel photo never holds the full image.
 
@@ -192,8 +192,9 @@ pub(super) fn from_dynamic(img: DynamicImage, mode: Mode) -> Image {
 }
 
 /// A JPEG decoded at the smallest DCT scale whose longer side is still at
-/// least `side`; `None` when that is the full size or its pixels are not
-/// gray or RGB (CMYK goes through the full decoder, which converts it).
+/// least `side` (by libjpeg-turbo, `jpeg_scaled.rs`); `None` when that is
+/// the full size or its pixels are not gray or RGB (CMYK goes through the
+/// full decoder, which converts it).
 fn jpeg_reduced(
     bytes: &[u8],
     width: u32,
@@ -201,36 +202,20 @@ fn jpeg_reduced(
     side: u32,
     budget: u64,
 ) -> Result<Option<DynamicImage>, ImageError> {
-    let long = width.max(height);
-    let want = |d: u32| -> u16 {
-        let v = (u64::from(d) * u64::from(side)).div_ceil(u64::from(long));
-        v.clamp(1, u64::from(u16::MAX)) as u16
-    };
-    let mut d = jpeg_decoder::Decoder::new(Cursor::new(bytes));
-    d.set_max_decoding_buffer_size(usize::try_from(budget).unwrap_or(usize::MAX));
-    let corrupt = |e: jpeg_decoder::Error| ImageError::Corrupt(e.to_string());
-    d.read_info().map_err(corrupt)?;
-    let Some(info) = d.info() else {
+    let Some(s) = super::jpeg_scaled::decode_scaled(bytes, (width, height), side, budget)
+        .map_err(ImageError::Corrupt)?
+    else {
         return Ok(None);
     };
-    if !matches!(
-        info.pixel_format,
-        jpeg_decoder::PixelFormat::L8 | jpeg_decoder::PixelFormat::RGB24
-    ) {
-        return Ok(None);
-    }
-    let (w, h) = d.scale(want(width), want(height)).map_err(corrupt)?;
-    if u32::from(w) >= width {
-        return Ok(None);
-    }
-    let pixels = d.decode().map_err(corrupt)?;
-    let (w, h) = (u32::from(w), u32::from(h));
     let short =
         || ImageError::Corrupt("the JPEG decoder returned fewer pixels than its size".into());
-    Ok(Some(match info.pixel_format {
-        jpeg_decoder::PixelFormat::L8 => {
-            DynamicImage::ImageLuma8(image::GrayImage::from_raw(w, h, pixels).ok_or_else(short)?)
-        }
-        _ => DynamicImage::ImageRgb8(image::RgbImage::from_raw(w, h, pixels).ok_or_else(short)?),
+    Ok(Some(if s.gray {
+        DynamicImage::ImageLuma8(
+            image::GrayImage::from_raw(s.width, s.height, s.pixels).ok_or_else(short)?,
+        )
+    } else {
+        DynamicImage::ImageRgb8(
+            image::RgbImage::from_raw(s.width, s.height, s.pixels).ok_or_else(short)?,
+        )
     }))
 }

@@ -5,12 +5,14 @@
 //! whole column at a time on rayon's pool ([`map_column`]).
 //!
 //! Files: `size.rs` (header only, ranged reads), `value.rs` (the value and
-//! its Arrow layout), `decode.rs` (bytes to pixels, bounded), `ops.rs` (the
+//! its Arrow layout), `decode.rs` (bytes to pixels, bounded), `jpeg_scaled.rs`
+//! (a JPEG at 1/2..1/8 scale by libjpeg-turbo, the crate's only C), `ops.rs` (the
 //! operations), `tensor.rs` (many images to one fixed-shape tensor column). See docs/images.md.
 
 mod decode;
 mod decode_udf;
 mod functions;
+mod jpeg_scaled;
 mod ops;
 mod size;
 mod tensor;

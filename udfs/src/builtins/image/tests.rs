@@ -354,13 +354,14 @@ proptest! {
 
     /// Any bytes changed in the first 64 (where every header lives), and a
     /// cut anywhere: an image or an error, never a panic, with a small
-    /// pixel limit so that a mutated size cannot allocate much.
+    /// pixel limit so that a mutated size cannot allocate much. The samples
+    /// are 24x16, so a hint of at most 12 takes a JPEG's reduced-size path.
     #[test]
     fn decode_never_panics_on_mutated_headers(
         which in 0usize..6,
         edits in proptest::collection::vec((0usize..64, any::<u8>()), 1..6),
         cut in any::<prop::sample::Index>(),
-        hint in proptest::option::of(1u32..64),
+        hint in proptest::option::of(1u32..16),
     ) {
         let mut bytes = samples()[which].clone();
         for (at, v) in edits {
@@ -370,6 +371,281 @@ proptest! {
         }
         let keep = cut.index(bytes.len() + 1);
         let options = DecodeOptions { max_pixels: 1 << 16, max_side: hint, mode: None };
+        if let Ok(img) = decode(&bytes[..keep], &options) {
+            prop_assert_eq!(
+                img.data.len() as u64,
+                u64::from(img.width) * u64::from(img.height) * img.mode.channels() as u64
+            );
+            prop_assert!(u64::from(img.width) * u64::from(img.height) <= 1 << 16);
+        }
+    }
+}
+
+/// `img` (`channels` a pixel) averaged over `f x f` boxes (a side's last
+/// box may be short), as a DCT-scaled decode approximates it.
+fn box_average(img: &Image, f: u32) -> Vec<u8> {
+    let c = img.mode.channels();
+    let (w, h) = (img.width.div_ceil(f), img.height.div_ceil(f));
+    let mut out = Vec::with_capacity((w * h) as usize * c);
+    for by in 0..h {
+        for bx in 0..w {
+            for ch in 0..c {
+                let (mut sum, mut n) = (0u32, 0u32);
+                for y in by * f..((by + 1) * f).min(img.height) {
+                    for x in bx * f..((bx + 1) * f).min(img.width) {
+                        sum += u32::from(img.data[(y * img.width + x) as usize * c + ch]);
+                        n += 1;
+                    }
+                }
+                out.push(((sum + n / 2) / n) as u8);
+            }
+        }
+    }
+    out
+}
+
+fn mean_abs_diff(a: &[u8], b: &[u8]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(a, b)| f64::from(a.abs_diff(*b)))
+        .sum::<f64>()
+        / a.len() as f64
+}
+
+/// `bytes` decoded whole and with hints for 1/2, 1/4 and 1/8: each reduced
+/// decode within `tolerance` (mean absolute difference per channel, 0..255)
+/// of the whole one averaged over 2x2, 4x4 or 8x8 boxes. The scaled IDCT
+/// keeps a block's low frequencies where a box average keeps its mean, and
+/// subsampled chroma is upsampled by another filter (libjpeg's at the
+/// reduced size, zune-jpeg's at full size).
+fn assert_scaled_decodes_match(bytes: &[u8], mode: Mode, tolerance: f64, what: &str) {
+    let full = decode(bytes, &DecodeOptions::default()).expect("full decode");
+    assert_eq!(full.mode, mode, "{what}");
+    let long = full.width.max(full.height);
+    for f in [2, 4, 8] {
+        let hint = DecodeOptions {
+            max_side: Some(long / f),
+            ..DecodeOptions::default()
+        };
+        let small = decode(bytes, &hint).expect("scaled decode");
+        assert_eq!(
+            (small.width, small.height, small.mode),
+            (full.width.div_ceil(f), full.height.div_ceil(f), mode),
+            "{what} at 1/{f}"
+        );
+        let mad = mean_abs_diff(&small.data, &box_average(&full, f));
+        assert!(mad < tolerance, "{what} at 1/{f}: {mad}");
+    }
+}
+
+/// Tolerances from a measurement (at 1/2, 1/4, 1/8): the `image` crate's
+/// baseline RGB (4:4:4) 0.47, 0.44, 0.41; gray 0.16, 0.07, 0.02; mozjpeg's
+/// progressive RGB (4:2:0: the upsampling filters differ most at this
+/// image's sharp blue edges) 3.12, 1.85, 1.02; progressive gray 0.13, 0.06,
+/// 0.03. A wrong channel order or row stride is tens.
+#[test]
+fn jpeg_scaled_decodes_are_box_averages_of_the_full_decode() {
+    let img = photo(640, 480);
+    let mut baseline = Vec::new();
+    image::codecs::jpeg::JpegEncoder::new_with_quality(&mut baseline, 90)
+        .write_image(img.as_raw(), 640, 480, image::ExtendedColorType::Rgb8)
+        .expect("jpeg");
+    assert_scaled_decodes_match(&baseline, Mode::Rgb, 1.0, "baseline RGB");
+    let gray = image::DynamicImage::ImageRgb8(img.clone()).to_luma8();
+    let mut gray_jpeg = Vec::new();
+    image::codecs::jpeg::JpegEncoder::new_with_quality(&mut gray_jpeg, 90)
+        .write_image(gray.as_raw(), 640, 480, image::ExtendedColorType::L8)
+        .expect("gray jpeg");
+    assert_scaled_decodes_match(&gray_jpeg, Mode::L, 0.5, "gray");
+    let progressive = jpeg_scaled::encode_progressive(img.as_raw(), (640, 480), 3, 90);
+    assert!(
+        progressive.windows(2).any(|m| m == [0xFF, 0xC2]),
+        "a progressive frame (SOF2)"
+    );
+    assert_scaled_decodes_match(&progressive, Mode::Rgb, 4.5, "progressive RGB");
+    let progressive_gray = jpeg_scaled::encode_progressive(gray.as_raw(), (640, 480), 1, 90);
+    assert_scaled_decodes_match(&progressive_gray, Mode::L, 0.5, "progressive gray");
+}
+
+#[test]
+fn jpeg_scaled_leaves_cmyk_to_the_full_decoder() {
+    let cmyk: Vec<u8> = photo(64, 48)
+        .pixels()
+        .flat_map(|p| [255 - p[0], 255 - p[1], 255 - p[2], 0])
+        .collect();
+    let jpeg = jpeg_scaled::encode_progressive(&cmyk, (64, 48), 4, 90);
+    let hint = DecodeOptions {
+        max_side: Some(8),
+        ..DecodeOptions::default()
+    };
+    let whole = decode(&jpeg, &DecodeOptions::default()).expect("CMYK decodes");
+    let hinted = decode(&jpeg, &hint).expect("CMYK decodes with a hint");
+    assert_eq!(
+        (hinted.width, hinted.height, hinted.mode),
+        (64, 48, Mode::Rgb)
+    );
+    assert_eq!(hinted, whole);
+}
+
+/// A truncated JPEG decodes with a size hint exactly when it does without:
+/// zune-jpeg (the full decoder) fills the blocks the file lost with gray,
+/// and so does libjpeg (its premature-end warnings are not errors).
+#[test]
+fn jpeg_scaled_treats_a_truncated_jpeg_as_the_full_decoder_does() {
+    let img = photo(640, 480);
+    let mut jpeg = Vec::new();
+    image::codecs::jpeg::JpegEncoder::new_with_quality(&mut jpeg, 90)
+        .write_image(img.as_raw(), 640, 480, image::ExtendedColorType::Rgb8)
+        .expect("jpeg");
+    let progressive = jpeg_scaled::encode_progressive(img.as_raw(), (640, 480), 3, 90);
+    let hint = DecodeOptions {
+        max_side: Some(100),
+        ..DecodeOptions::default()
+    };
+    for (what, bytes) in [("baseline", &jpeg), ("progressive", &progressive)] {
+        let mut cuts = vec![2, 20, 300, bytes.len() - 2, bytes.len() - 1];
+        cuts.extend((1..10).map(|k| bytes.len() * k / 10));
+        for cut in cuts {
+            let whole = decode(&bytes[..cut], &DecodeOptions::default());
+            let small = decode(&bytes[..cut], &hint);
+            assert_eq!(
+                whole.is_ok(),
+                small.is_ok(),
+                "{what} cut at {cut}: {:?} / {:?}",
+                whole.err(),
+                small.err()
+            );
+            if let Ok(small) = small {
+                assert_eq!(
+                    (small.width, small.height),
+                    (160, 120),
+                    "{what} cut at {cut}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn jpeg_scaled_decodes_a_jpeg_with_extraneous_bytes_before_a_marker() {
+    let img = photo(640, 480);
+    let mut jpeg = Vec::new();
+    image::codecs::jpeg::JpegEncoder::new_with_quality(&mut jpeg, 90)
+        .write_image(img.as_raw(), 640, 480, image::ExtendedColorType::Rgb8)
+        .expect("jpeg");
+    let hint = DecodeOptions {
+        max_side: Some(100),
+        ..DecodeOptions::default()
+    };
+    let clean = decode(&jpeg, &hint).expect("decode");
+    // Junk between the scan's end and EOI (libjpeg warns "extraneous bytes
+    // before marker 0xd9"), and between two header segments.
+    let eoi = jpeg.len() - 2;
+    let mut junk_at_end = jpeg[..eoi].to_vec();
+    junk_at_end.extend_from_slice(&[0x12, 0x34, 0x56]);
+    junk_at_end.extend_from_slice(&jpeg[eoi..]);
+    let sos = jpeg
+        .windows(2)
+        .position(|m| m == [0xFF, 0xDA])
+        .expect("a SOS marker");
+    let mut junk_in_header = jpeg[..sos].to_vec();
+    junk_in_header.extend_from_slice(&[0x00, 0x42]);
+    junk_in_header.extend_from_slice(&jpeg[sos..]);
+    for (what, bytes) in [("before EOI", junk_at_end), ("before SOS", junk_in_header)] {
+        let got = decode(&bytes, &hint).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(got, clean, "{what}");
+        assert!(decode(&bytes, &DecodeOptions::default()).is_ok(), "{what}");
+    }
+}
+
+#[test]
+fn jpeg_scaled_is_bounded_on_hostile_files() {
+    let img = photo(640, 480);
+    let progressive = jpeg_scaled::encode_progressive(img.as_raw(), (640, 480), 3, 90);
+    // The coefficient buffer of a progressive JPEG is held to the budget.
+    let got = jpeg_scaled::decode_scaled(&progressive, (640, 480), 100, 100_000);
+    assert!(
+        got.is_err(),
+        "over the budget: {:?}",
+        got.map(|s| s.is_some())
+    );
+    assert!(
+        jpeg_scaled::decode_scaled(&progressive, (640, 480), 100, 8 << 20)
+            .expect("within the budget")
+            .is_some()
+    );
+    // The last scan repeated past MAX_SCANS: refused, quickly.
+    let last_sos = progressive
+        .windows(2)
+        .rposition(|m| m == [0xFF, 0xDA])
+        .expect("a SOS marker");
+    let eoi = progressive.len() - 2;
+    let mut many = progressive[..eoi].to_vec();
+    for _ in 0..=jpeg_scaled::MAX_SCANS {
+        many.extend_from_slice(&progressive[last_sos..eoi]);
+    }
+    many.extend_from_slice(&progressive[eoi..]);
+    let started = std::time::Instant::now();
+    let got = jpeg_scaled::decode_scaled(&many, (640, 480), 100, 1 << 30);
+    assert!(
+        got.as_ref().is_err_and(|e| e.contains("scans")),
+        "too many scans: {:?}",
+        got.map(|s| s.map(|s| (s.width, s.height)))
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    // Libjpeg reading another size than the caller did: the full decoder decides.
+    assert!(
+        jpeg_scaled::decode_scaled(&progressive, (641, 480), 100, 1 << 30)
+            .expect("no error")
+            .is_none()
+    );
+    // Empty and header-only input: libjpeg's errors, not a panic.
+    for cut in [0, 2, 100] {
+        assert!(jpeg_scaled::decode_scaled(&progressive[..cut], (640, 480), 100, 1 << 30).is_err());
+    }
+}
+
+/// Small JPEGs the size-hinted path decodes: baseline RGB, gray and
+/// progressive, 64x48 (a hint of at most 24 takes the reduced path).
+fn jpeg_samples() -> Vec<Vec<u8>> {
+    let img = photo(64, 48);
+    let gray = image::DynamicImage::ImageRgb8(img.clone()).to_luma8();
+    let mut rgb = Vec::new();
+    image::codecs::jpeg::JpegEncoder::new_with_quality(&mut rgb, 80)
+        .write_image(img.as_raw(), 64, 48, image::ExtendedColorType::Rgb8)
+        .expect("jpeg");
+    let mut l = Vec::new();
+    image::codecs::jpeg::JpegEncoder::new_with_quality(&mut l, 80)
+        .write_image(gray.as_raw(), 64, 48, image::ExtendedColorType::L8)
+        .expect("gray jpeg");
+    vec![
+        rgb,
+        l,
+        jpeg_scaled::encode_progressive(img.as_raw(), (64, 48), 3, 80),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// The size-hinted JPEG path (libjpeg-turbo) on JPEGs with bytes changed
+    /// anywhere (markers, tables, scans) and a cut anywhere: an image or an
+    /// error, never a panic, within the pixel limit.
+    #[test]
+    fn jpeg_scaled_never_panics_on_mutated_jpegs(
+        which in 0usize..3,
+        edits in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..8),
+        cut in any::<prop::sample::Index>(),
+        hint in 1u32..=24,
+    ) {
+        let mut bytes = jpeg_samples()[which].clone();
+        for (at, v) in edits {
+            let at = at.index(bytes.len());
+            bytes[at] = v;
+        }
+        let keep = cut.index(bytes.len() + 1);
+        let options = DecodeOptions { max_pixels: 1 << 16, max_side: Some(hint), mode: None };
         if let Ok(img) = decode(&bytes[..keep], &options) {
             prop_assert_eq!(
                 img.data.len() as u64,
