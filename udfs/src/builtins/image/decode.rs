@@ -11,7 +11,9 @@
 //!   `Image.MAX_IMAGE_PIXELS`) is refused before any pixel buffer exists;
 //! - the decoders' own allocations are bounded by the same budget
 //!   (`image::Limits`, libjpeg's `max_memory_to_use`);
-//! - truncated or corrupt input ends in an [`ImageError`], never a panic.
+//! - truncated or corrupt input ends in an [`ImageError`], never a panic; a
+//!   JPEG cut short (no end-of-image marker after its last scan) is an error
+//!   as in Pillow, though its decoders could fill the lost blocks with gray.
 //!
 //! With a `max_side` hint, a JPEG at least twice as large as the hint is
 //! decoded at 1/2, 1/4 or 1/8 of its size in the DCT by libjpeg-turbo
@@ -90,6 +92,13 @@ impl From<image::ImageError> for ImageError {
 /// The image in `bytes`, as `options` say.
 pub fn decode(bytes: &[u8], options: &DecodeOptions) -> Result<Image, ImageError> {
     let format = image::guess_format(bytes).map_err(|e| ImageError::Unsupported(e.to_string()))?;
+    if format == ImageFormat::Jpeg && !jpeg_complete(bytes) {
+        return Err(ImageError::Corrupt(
+            "truncated JPEG: no end-of-image marker after its last scan \
+             (Pillow: \"image file is truncated\")"
+                .into(),
+        ));
+    }
     // Decoders may allocate a few buffers of the image's size (16-bit RGBA at most).
     let budget = options
         .max_pixels
@@ -124,6 +133,22 @@ pub fn decode(bytes: &[u8], options: &DecodeOptions) -> Result<Image, ImageError
     img.apply_orientation(orientation);
     let mode = options.mode.unwrap_or_else(|| natural_mode(&img));
     Ok(from_dynamic(img, mode))
+}
+
+/// Whether a JPEG's last scan is followed by its end-of-image marker. A file
+/// cut short lacks it, and both JPEG decoders would fill the blocks it lost
+/// with gray rather than fail. The last EOI is found from the end (at the
+/// very end in a whole file, so this costs nothing there); a start-of-scan
+/// after it means the last image was cut (an EXIF thumbnail's EOI comes
+/// before the main scans). Data after a whole image (another image, a
+/// trailer) is allowed.
+fn jpeg_complete(bytes: &[u8]) -> bool {
+    const EOI: [u8; 2] = [0xFF, 0xD9];
+    const SOS: [u8; 2] = [0xFF, 0xDA];
+    match bytes.windows(2).rposition(|w| w == EOI) {
+        Some(eoi) => !bytes[eoi..].windows(2).any(|w| w == SOS),
+        None => false,
+    }
 }
 
 /// `L` for gray images, `RGBA` for those with alpha, else `RGB`.

@@ -325,8 +325,13 @@ fn truncated_images_are_errors() {
     ] {
         let bytes = encoded(&img, format);
         for cut in [0, 8, bytes.len() / 3, bytes.len() - 1] {
-            // Either an error or (a format that tolerates a lost tail) a whole image.
-            if let Ok(got) = decode(&bytes[..cut], &DecodeOptions::default()) {
+            let got = decode(&bytes[..cut], &DecodeOptions::default());
+            if format == image::ImageFormat::Jpeg {
+                let err = got.expect_err("a JPEG cut short");
+                let says = if cut == 0 { "not an image" } else { "truncated" };
+                assert!(err.to_string().contains(says), "cut at {cut}: {err}");
+            } else if let Ok(got) = got {
+                // A format that tolerates a lost tail gives a whole image.
                 assert_eq!((got.width, got.height), (64, 48), "{format:?} cut at {cut}");
             }
         }
@@ -488,9 +493,10 @@ fn jpeg_scaled_leaves_cmyk_to_the_full_decoder() {
     assert_eq!(hinted, whole);
 }
 
-/// A truncated JPEG decodes with a size hint exactly when it does without:
-/// zune-jpeg (the full decoder) fills the blocks the file lost with gray,
-/// and so does libjpeg (its premature-end warnings are not errors).
+/// A truncated JPEG is an error with a size hint as without (both decoders
+/// would fill the blocks the file lost with gray: `decode` refuses a JPEG
+/// with no end-of-image marker after its last scan first), and a whole one
+/// followed by other bytes decodes.
 #[test]
 fn jpeg_scaled_treats_a_truncated_jpeg_as_the_full_decoder_does() {
     let img = photo(640, 480);
@@ -507,23 +513,23 @@ fn jpeg_scaled_treats_a_truncated_jpeg_as_the_full_decoder_does() {
         let mut cuts = vec![2, 20, 300, bytes.len() - 2, bytes.len() - 1];
         cuts.extend((1..10).map(|k| bytes.len() * k / 10));
         for cut in cuts {
-            let whole = decode(&bytes[..cut], &DecodeOptions::default());
-            let small = decode(&bytes[..cut], &hint);
-            assert_eq!(
-                whole.is_ok(),
-                small.is_ok(),
-                "{what} cut at {cut}: {:?} / {:?}",
-                whole.err(),
-                small.err()
-            );
-            if let Ok(small) = small {
-                assert_eq!(
-                    (small.width, small.height),
-                    (160, 120),
-                    "{what} cut at {cut}"
+            for options in [&DecodeOptions::default(), &hint] {
+                let err = decode(&bytes[..cut], options).expect_err("cut short");
+                assert!(
+                    matches!(err, ImageError::Corrupt(_) | ImageError::Unsupported(_)),
+                    "{what} cut at {cut}: {err}"
                 );
             }
         }
+        let mut trailer = bytes.clone();
+        trailer.extend_from_slice(b"\0\0a trailer after the image");
+        let small = decode(&trailer, &hint).expect("a whole JPEG and a trailer");
+        assert_eq!((small.width, small.height), (160, 120), "{what}");
+        // A second JPEG appended (as in a multi-picture file) cut short
+        // makes the file truncated.
+        let mut two = bytes.clone();
+        two.extend_from_slice(&bytes[..bytes.len() / 2]);
+        assert!(decode(&two, &hint).is_err(), "{what}: its last scan has no end");
     }
 }
 
