@@ -49,6 +49,7 @@ use datafusion::logical_expr::{
 use datafusion::optimizer::AnalyzerRule;
 use udfchain_udfs::builtins::image::{DecodeInput, DecodeSpec, decode_udf};
 use udfchain_udfs::builtins::{file_size, image_size, line_count, md5, read_text, sha256};
+use udfchain_udfs::engine::is_binary;
 use udfchain_udfs::{File, Mapper, UdfError, map_fn};
 
 use crate::plan::{Udf, UdfNode};
@@ -761,16 +762,6 @@ fn arg_type(e: &Expr, inputs: &[LogicalPlan]) -> DfResult<Option<DataType>> {
         Some(i) => Ok(Some(e.get_type(inputs[i].schema())?)),
         None => Ok(None),
     }
-}
-
-fn is_binary(t: &DataType) -> bool {
-    matches!(
-        t,
-        DataType::Binary
-            | DataType::LargeBinary
-            | DataType::BinaryView
-            | DataType::FixedSizeBinary(_)
-    )
 }
 
 fn plan<T>(message: String) -> DfResult<T> {

@@ -65,7 +65,7 @@ pub mod engine {
     pub use crate::codec::trace_field;
     pub use crate::error::panic_message;
     pub use crate::file::{current_source, with_file_source};
-    pub use crate::signature::check_input_type;
+    pub use crate::signature::{check_input_type, is_binary};
 }
 
 /// Re-exports so UDF authors use exactly the Arrow and object_store the engine uses.

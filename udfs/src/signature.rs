@@ -66,7 +66,8 @@ fn is_string(d: &DataType) -> bool {
     matches!(d, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)
 }
 
-fn is_binary(d: &DataType) -> bool {
+/// Whether `d` holds bytes: binary of any offset width, a view or a fixed size.
+pub fn is_binary(d: &DataType) -> bool {
     matches!(
         d,
         DataType::Binary

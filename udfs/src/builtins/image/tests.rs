@@ -20,6 +20,20 @@ fn photo(w: u32, h: u32) -> RgbImage {
     })
 }
 
+/// `img` as a baseline JPEG of `quality` (the `image` crate's encoder).
+fn jpeg_of(img: &RgbImage, quality: u8) -> Vec<u8> {
+    let mut out = Vec::new();
+    image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, quality)
+        .write_image(
+            img.as_raw(),
+            img.width(),
+            img.height(),
+            image::ExtendedColorType::Rgb8,
+        )
+        .expect("jpeg");
+    out
+}
+
 fn encoded(img: &RgbImage, format: image::ImageFormat) -> Vec<u8> {
     let mut out = Cursor::new(Vec::new());
     image::DynamicImage::ImageRgb8(img.clone())
@@ -50,10 +64,7 @@ fn lossless_formats_decode_to_the_pixels_written() {
 #[test]
 fn a_jpeg_decodes_close_to_its_source_and_a_size_hint_decodes_it_smaller() {
     let img = photo(640, 480);
-    let mut jpeg = Vec::new();
-    image::codecs::jpeg::JpegEncoder::new_with_quality(&mut jpeg, 95)
-        .write_image(img.as_raw(), 640, 480, image::ExtendedColorType::Rgb8)
-        .expect("jpeg");
+    let jpeg = jpeg_of(&img, 95);
     let full = decode(&jpeg, &DecodeOptions::default()).expect("decode");
     assert_eq!((full.width, full.height), (640, 480));
     let mad: f64 = full
@@ -328,7 +339,11 @@ fn truncated_images_are_errors() {
             let got = decode(&bytes[..cut], &DecodeOptions::default());
             if format == image::ImageFormat::Jpeg {
                 let err = got.expect_err("a JPEG cut short");
-                let says = if cut == 0 { "not an image" } else { "truncated" };
+                let says = if cut == 0 {
+                    "not an image"
+                } else {
+                    "truncated"
+                };
                 assert!(err.to_string().contains(says), "cut at {cut}: {err}");
             } else if let Ok(got) = got {
                 // A format that tolerates a lost tail gives a whole image.
@@ -452,10 +467,7 @@ fn assert_scaled_decodes_match(bytes: &[u8], mode: Mode, tolerance: f64, what: &
 #[test]
 fn jpeg_scaled_decodes_are_box_averages_of_the_full_decode() {
     let img = photo(640, 480);
-    let mut baseline = Vec::new();
-    image::codecs::jpeg::JpegEncoder::new_with_quality(&mut baseline, 90)
-        .write_image(img.as_raw(), 640, 480, image::ExtendedColorType::Rgb8)
-        .expect("jpeg");
+    let baseline = jpeg_of(&img, 90);
     assert_scaled_decodes_match(&baseline, Mode::Rgb, 1.0, "baseline RGB");
     let gray = image::DynamicImage::ImageRgb8(img.clone()).to_luma8();
     let mut gray_jpeg = Vec::new();
@@ -500,10 +512,7 @@ fn jpeg_scaled_leaves_cmyk_to_the_full_decoder() {
 #[test]
 fn jpeg_scaled_treats_a_truncated_jpeg_as_the_full_decoder_does() {
     let img = photo(640, 480);
-    let mut jpeg = Vec::new();
-    image::codecs::jpeg::JpegEncoder::new_with_quality(&mut jpeg, 90)
-        .write_image(img.as_raw(), 640, 480, image::ExtendedColorType::Rgb8)
-        .expect("jpeg");
+    let jpeg = jpeg_of(&img, 90);
     let progressive = jpeg_scaled::encode_progressive(img.as_raw(), (640, 480), 3, 90);
     let hint = DecodeOptions {
         max_side: Some(100),
@@ -529,17 +538,17 @@ fn jpeg_scaled_treats_a_truncated_jpeg_as_the_full_decoder_does() {
         // makes the file truncated.
         let mut two = bytes.clone();
         two.extend_from_slice(&bytes[..bytes.len() / 2]);
-        assert!(decode(&two, &hint).is_err(), "{what}: its last scan has no end");
+        assert!(
+            decode(&two, &hint).is_err(),
+            "{what}: its last scan has no end"
+        );
     }
 }
 
 #[test]
 fn jpeg_scaled_decodes_a_jpeg_with_extraneous_bytes_before_a_marker() {
     let img = photo(640, 480);
-    let mut jpeg = Vec::new();
-    image::codecs::jpeg::JpegEncoder::new_with_quality(&mut jpeg, 90)
-        .write_image(img.as_raw(), 640, 480, image::ExtendedColorType::Rgb8)
-        .expect("jpeg");
+    let jpeg = jpeg_of(&img, 90);
     let hint = DecodeOptions {
         max_side: Some(100),
         ..DecodeOptions::default()
@@ -617,10 +626,7 @@ fn jpeg_scaled_is_bounded_on_hostile_files() {
 fn jpeg_samples() -> Vec<Vec<u8>> {
     let img = photo(64, 48);
     let gray = image::DynamicImage::ImageRgb8(img.clone()).to_luma8();
-    let mut rgb = Vec::new();
-    image::codecs::jpeg::JpegEncoder::new_with_quality(&mut rgb, 80)
-        .write_image(img.as_raw(), 64, 48, image::ExtendedColorType::Rgb8)
-        .expect("jpeg");
+    let rgb = jpeg_of(&img, 80);
     let mut l = Vec::new();
     image::codecs::jpeg::JpegEncoder::new_with_quality(&mut l, 80)
         .write_image(gray.as_raw(), 64, 48, image::ExtendedColorType::L8)
