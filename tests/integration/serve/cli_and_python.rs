@@ -172,7 +172,8 @@ async fn pyarrow_gets_a_partition_whole_by_default() {
     let whole = run(r#"{"dataset": "items", "partition_rows": 512}"#);
     assert_eq!(whole["rows"], 512);
     assert_eq!(whole["chunks"], 1, "{whole}");
-    let pieces = run(r#"{"dataset": "items", "partition_rows": 512, "max_message_bytes": 1048576}"#);
+    let pieces =
+        run(r#"{"dataset": "items", "partition_rows": 512, "max_message_bytes": 1048576}"#);
     assert_eq!(pieces["rows"], 512);
     assert!(pieces["chunks"].as_u64() >= Some(4), "{pieces}");
     let _ = child.kill();
