@@ -11,6 +11,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use udfchain_udfs::builtins::image::{MAX_SIDE, Mode};
+
 use crate::loader::{DEFAULT_PARTITION_ROWS, Loader};
 
 /// The largest `partition_rows`, `prefetch_partitions` and `parallel_requests`
@@ -27,10 +29,58 @@ pub const MAX_CONSUMERS: usize = 1 << 16;
 /// only its header count, its body is the partition's buffers either way).
 pub const MESSAGE_BYTES_RANGE: (usize, usize) = (1024, 64 << 20);
 
+/// A request's `with_images`: which File column, into which column, at
+/// which size and mode (defaults `file`, `image`, 224 x 224, `RGB`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImagesRequest {
+    /// The File column (default `file`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    /// The output column (default `image`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub out: Option<String>,
+    /// `[width, height]`, 1..=65,535 each (default `[224, 224]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<[u32; 2]>,
+    /// `L`, `RGB` or `RGBA` (default `RGB`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+}
+
+impl ImagesRequest {
+    /// (file column, output column, (width, height), mode), checked.
+    fn resolved(&self) -> Result<(String, String, (u32, u32), Mode), RequestError> {
+        let file = self.file.clone().unwrap_or_else(|| "file".into());
+        let out = self.out.clone().unwrap_or_else(|| "image".into());
+        if file.is_empty() || out.is_empty() {
+            return Err(RequestError(
+                "with_images needs a non-empty file column and output column".into(),
+            ));
+        }
+        let [width, height] = self.size.unwrap_or([224, 224]);
+        for (what, v) in [("width", width), ("height", height)] {
+            if v == 0 || v > MAX_SIDE {
+                return Err(RequestError(format!(
+                    "with_images size: {what} must be in 1..={MAX_SIDE}, got {v}"
+                )));
+            }
+        }
+        let mode = Mode::parse(self.mode.as_deref().unwrap_or("RGB")).map_err(|_| {
+            RequestError(format!(
+                "with_images mode must be \"L\", \"RGB\" or \"RGBA\", got {:?}",
+                self.mode.as_deref().unwrap_or_default()
+            ))
+        })?;
+        Ok((file, out, (width, height), mode))
+    }
+}
+
 /// What to serve: `{"dataset": "name", "version": 1, "partition_rows": 1000,
 /// "shuffle": true, "seed": 7, "epoch": 0, "rank": 0, "world_size": 1,
 /// "worker": 0, "num_workers": 1, "columns": ["a"], "with_bytes": {"file":
-/// "data"}, "prefetch_partitions": 2, "parallel_requests": 1,
+/// "data"}, "with_images": {"file": "file", "size": [224, 224]},
+/// "prefetch_partitions": 2, "parallel_requests": 1,
 /// "max_message_bytes": 2097152}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -72,6 +122,12 @@ pub struct FlightRequest {
     /// binary column (one pair).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub with_bytes: Option<BTreeMap<String, String>>,
+    /// Add each row's File decoded as an image: `{"file": "file", "out":
+    /// "image", "size": [224, 224], "mode": "RGB"}`, every field optional
+    /// (those defaults), as the loader's `with_images` (a fixed-shape uint8
+    /// tensor column `[H, W, C]`, decoded on the server's cores).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub with_images: Option<ImagesRequest>,
     /// Partitions the server reads ahead of this client, 0..=[`MAX_PREFETCH_PARTITIONS`]
     /// (default: the server's `--prefetch-partitions`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -179,6 +235,9 @@ impl FlightRequest {
                 ));
             }
         }
+        if let Some(images) = &self.with_images {
+            images.resolved()?;
+        }
         if let Some(k) = self.prefetch_partitions {
             range("prefetch_partitions", k, 0, MAX_PREFETCH_PARTITIONS)?;
         }
@@ -210,6 +269,9 @@ impl FlightRequest {
         }
         if let Some((file, out)) = self.with_bytes.as_ref().and_then(|m| m.iter().next()) {
             l = l.with_bytes(file, out);
+        }
+        if let Some(Ok((file, out, size, mode))) = self.with_images.as_ref().map(|i| i.resolved()) {
+            l = l.with_images(&file, &out, size, mode);
         }
         l
     }
@@ -248,6 +310,29 @@ mod tests {
         .expect("parse");
         assert_eq!(r.seed, Some(7));
         assert_eq!(r.with_bytes.expect("wb")["file"], "data");
+    }
+
+    #[test]
+    fn with_images_defaults_and_bounds() {
+        let r = FlightRequest::parse(br#"{"dataset": "d", "with_images": {}}"#).expect("parse");
+        let spec = r.with_images.expect("with_images").resolved().expect("valid");
+        assert_eq!(
+            spec,
+            ("file".into(), "image".into(), (224, 224), Mode::Rgb)
+        );
+        let r = FlightRequest::parse(
+            br#"{"dataset": "d", "with_images": {"file": "f", "out": "x", "size": [32, 16], "mode": "L"}}"#,
+        )
+        .expect("parse");
+        let spec = r.with_images.expect("with_images").resolved().expect("valid");
+        assert_eq!(spec, ("f".into(), "x".into(), (32, 16), Mode::L));
+        assert!(
+            err(r#"{"dataset": "d", "with_images": {"size": [224, 70000]}}"#)
+                .contains("height must be in 1..=65535, got 70000")
+        );
+        assert!(err(r#"{"dataset": "d", "with_images": {"mode": "P"}}"#).contains("with_images mode"));
+        assert!(err(r#"{"dataset": "d", "with_images": {"file": ""}}"#).contains("non-empty"));
+        assert!(err(r#"{"dataset": "d", "with_images": {"size": [1]}}"#).contains("size"));
     }
 
     #[test]

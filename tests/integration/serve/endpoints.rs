@@ -340,3 +340,83 @@ async fn with_bytes_serves_each_files_bytes_from_s3_once() {
     );
     server.stop().await;
 }
+
+/// `with_images` in a request: the partitions carry each File decoded and
+/// resized on the server, as a `[H, W, C]` tensor column equal to the
+/// pixels of the image functions; a bad spec is `InvalidArgument`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_images_serves_decoded_resized_tensors() {
+    use udfchain::udfs::builtins::image::{
+        DecodeOptions, Filter, Format, Image, Mode, decode, encode, resize,
+    };
+    let dir = tempfile::tempdir().expect("dir");
+    let mut written = Vec::new();
+    for i in 0..5u32 {
+        let data: Vec<u8> = (0..40 * 30)
+            .flat_map(|p| [(p % 40 * 6 + i) as u8, (p / 40 * 8) as u8, (p * 7 % 256) as u8])
+            .collect();
+        let png = encode(
+            Image::new(40, 30, Mode::Rgb, data).expect("image").view(),
+            Format::Png,
+            None,
+        )
+        .expect("png");
+        std::fs::write(dir.path().join(format!("{i}.png")), &png).expect("write");
+        written.push(png);
+    }
+    let root = tempfile::tempdir().expect("root");
+    let session = Session::with_settings(Settings::new().root(root.path()));
+    session
+        .from_storage(&dir.path().display().to_string())
+        .map("name", |f: File| async move {
+            Ok::<String, std::io::Error>(f.path)
+        })
+        .save("pictures")
+        .await
+        .expect("save");
+    let server = start(FlightServer::new(session)).await;
+    let mut c = client(server.addr).await;
+    let fi = info(
+        &mut c,
+        r#"{"dataset": "pictures", "columns": ["name"],
+            "with_images": {"size": [16, 12], "out": "pixels"}}"#,
+    )
+    .await
+    .expect("info");
+    let mut rows = 0;
+    for i in 0..fi.endpoint.len() {
+        for b in partition(&mut c, ticket(&fi, i)).await.expect("do_get") {
+            let names = b.column_by_name("name").expect("name").as_string::<i32>().clone();
+            let pixels = b.column_by_name("pixels").expect("pixels");
+            let DataType::FixedSizeList(_, len) = pixels.data_type() else {
+                panic!("a tensor column: {}", pixels.data_type());
+            };
+            assert_eq!(*len, 16 * 12 * 3);
+            let pixels = pixels.as_fixed_size_list();
+            for r in 0..b.num_rows() {
+                let n: usize = names.value(r)[..1].parse().expect("file number");
+                let want = resize(
+                    decode(&written[n], &DecodeOptions::default()).expect("decode").view(),
+                    16,
+                    12,
+                    Filter::Bilinear,
+                )
+                .expect("resize");
+                let got = pixels.value(r);
+                assert_eq!(got.as_primitive::<datafusion::arrow::datatypes::UInt8Type>().values(), &want.data[..], "{}", names.value(r));
+                rows += 1;
+            }
+        }
+    }
+    assert_eq!(rows, 5);
+    for (json, says) in [
+        (r#"{"dataset": "pictures", "with_images": {"size": [0, 5]}}"#, "width must be in 1..=65535"),
+        (r#"{"dataset": "pictures", "with_images": {"mode": "CMYK"}}"#, "with_images mode"),
+        (r#"{"dataset": "pictures", "with_images": {"sise": [1, 1]}}"#, "unknown field `sise`"),
+    ] {
+        let s = info(&mut c, json).await.expect_err(json);
+        assert_eq!(s.code(), tonic::Code::InvalidArgument, "{json}: {s:?}");
+        assert!(s.message().contains(says), "{json}: {}", s.message());
+    }
+    server.stop().await;
+}
