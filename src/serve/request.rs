@@ -315,24 +315,34 @@ mod tests {
     #[test]
     fn with_images_defaults_and_bounds() {
         let r = FlightRequest::parse(br#"{"dataset": "d", "with_images": {}}"#).expect("parse");
-        let spec = r.with_images.expect("with_images").resolved().expect("valid");
-        assert_eq!(
-            spec,
-            ("file".into(), "image".into(), (224, 224), Mode::Rgb)
-        );
+        let spec = r
+            .with_images
+            .expect("with_images")
+            .resolved()
+            .expect("valid");
+        assert_eq!(spec, ("file".into(), "image".into(), (224, 224), Mode::Rgb));
         let r = FlightRequest::parse(
             br#"{"dataset": "d", "with_images": {"file": "f", "out": "x", "size": [32, 16], "mode": "L"}}"#,
         )
         .expect("parse");
-        let spec = r.with_images.expect("with_images").resolved().expect("valid");
+        let spec = r
+            .with_images
+            .expect("with_images")
+            .resolved()
+            .expect("valid");
         assert_eq!(spec, ("f".into(), "x".into(), (32, 16), Mode::L));
         assert!(
             err(r#"{"dataset": "d", "with_images": {"size": [224, 70000]}}"#)
                 .contains("height must be in 1..=65535, got 70000")
         );
-        assert!(err(r#"{"dataset": "d", "with_images": {"mode": "P"}}"#).contains("with_images mode"));
+        assert!(
+            err(r#"{"dataset": "d", "with_images": {"mode": "P"}}"#).contains("with_images mode")
+        );
         assert!(err(r#"{"dataset": "d", "with_images": {"file": ""}}"#).contains("non-empty"));
-        assert!(err(r#"{"dataset": "d", "with_images": {"size": [1]}}"#).contains("size"));
+        assert!(
+            err(r#"{"dataset": "d", "with_images": {"size": [1]}}"#)
+                .contains("expected an array of length 2")
+        );
     }
 
     #[test]

@@ -17,7 +17,8 @@ use udfchain::{Chain, File, Session, Settings};
 use udfchain_testkit::{S3Server, content, write_files};
 
 use super::{
-    Row, client, ids, info, items, partition, read_epoch, start, stats, stats_until, ticket,
+    Row, client, ids, info, items, partition, read_epoch, start, stats, stats_until, status_of,
+    ticket,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -353,7 +354,13 @@ async fn with_images_serves_decoded_resized_tensors() {
     let mut written = Vec::new();
     for i in 0..5u32 {
         let data: Vec<u8> = (0..40 * 30)
-            .flat_map(|p| [(p % 40 * 6 + i) as u8, (p / 40 * 8) as u8, (p * 7 % 256) as u8])
+            .flat_map(|p| {
+                [
+                    (p % 40 * 6 + i) as u8,
+                    (p / 40 * 8) as u8,
+                    (p * 7 % 256) as u8,
+                ]
+            })
             .collect();
         let png = encode(
             Image::new(40, 30, Mode::Rgb, data).expect("image").view(),
@@ -386,7 +393,11 @@ async fn with_images_serves_decoded_resized_tensors() {
     let mut rows = 0;
     for i in 0..fi.endpoint.len() {
         for b in partition(&mut c, ticket(&fi, i)).await.expect("do_get") {
-            let names = b.column_by_name("name").expect("name").as_string::<i32>().clone();
+            let names = b
+                .column_by_name("name")
+                .expect("name")
+                .as_string::<i32>()
+                .clone();
             let pixels = b.column_by_name("pixels").expect("pixels");
             let DataType::FixedSizeList(_, len) = pixels.data_type() else {
                 panic!("a tensor column: {}", pixels.data_type());
@@ -396,25 +407,42 @@ async fn with_images_serves_decoded_resized_tensors() {
             for r in 0..b.num_rows() {
                 let n: usize = names.value(r)[..1].parse().expect("file number");
                 let want = resize(
-                    decode(&written[n], &DecodeOptions::default()).expect("decode").view(),
+                    decode(&written[n], &DecodeOptions::default())
+                        .expect("decode")
+                        .view(),
                     16,
                     12,
                     Filter::Bilinear,
                 )
                 .expect("resize");
                 let got = pixels.value(r);
-                assert_eq!(got.as_primitive::<datafusion::arrow::datatypes::UInt8Type>().values(), &want.data[..], "{}", names.value(r));
+                assert_eq!(
+                    got.as_primitive::<datafusion::arrow::datatypes::UInt8Type>()
+                        .values(),
+                    &want.data[..],
+                    "{}",
+                    names.value(r)
+                );
                 rows += 1;
             }
         }
     }
     assert_eq!(rows, 5);
     for (json, says) in [
-        (r#"{"dataset": "pictures", "with_images": {"size": [0, 5]}}"#, "width must be in 1..=65535"),
-        (r#"{"dataset": "pictures", "with_images": {"mode": "CMYK"}}"#, "with_images mode"),
-        (r#"{"dataset": "pictures", "with_images": {"sise": [1, 1]}}"#, "unknown field `sise`"),
+        (
+            r#"{"dataset": "pictures", "with_images": {"size": [0, 5]}}"#,
+            "width must be in 1..=65535",
+        ),
+        (
+            r#"{"dataset": "pictures", "with_images": {"mode": "CMYK"}}"#,
+            "with_images mode",
+        ),
+        (
+            r#"{"dataset": "pictures", "with_images": {"sise": [1, 1]}}"#,
+            "unknown field `sise`",
+        ),
     ] {
-        let s = info(&mut c, json).await.expect_err(json);
+        let s = status_of(info(&mut c, json).await.expect_err(json));
         assert_eq!(s.code(), tonic::Code::InvalidArgument, "{json}: {s:?}");
         assert!(s.message().contains(says), "{json}: {}", s.message());
     }
