@@ -36,7 +36,7 @@ pub use readahead::{
     ReadAheadStats, ServeLimits,
 };
 pub use request::{
-    FlightRequest, MAX_CONSUMERS, MAX_PARALLEL_REQUESTS, MAX_PARTITION_ROWS,
+    FlightRequest, ImagesRequest, MAX_CONSUMERS, MAX_PARALLEL_REQUESTS, MAX_PARTITION_ROWS,
     MAX_PREFETCH_PARTITIONS, MESSAGE_BYTES_RANGE, RequestError,
 };
 
