@@ -3,7 +3,7 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{client, info, items, read_epoch, spawn_cli, ticket};
+use super::{client, info, items, pictures, read_epoch, spawn_cli, ticket};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cli_serves_and_exits_zero_on_sigterm() {
@@ -178,4 +178,49 @@ async fn pyarrow_gets_a_partition_whole_by_default() {
     assert!(pieces["chunks"].as_u64() >= Some(4), "{pieces}");
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// pyarrow's client reads a `with_images` request's tensor column as a
+/// `FixedShapeTensorArray`: one (N, H, W, C) uint8 array per batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pyarrow_reads_with_images_as_a_tensor() {
+    let python = match python_with_pyarrow() {
+        Ok(python) => python,
+        Err(why) => {
+            println!("SKIPPED pyarrow_reads_with_images_as_a_tensor: {why}");
+            return;
+        }
+    };
+    let (_dir, root, _session, _written) = pictures().await;
+    let (mut child, addr) = spawn_cli(root.path());
+    let script = "import json, sys, pyarrow as pa, pyarrow.flight as fl\n\
+        c = fl.connect(sys.argv[1])\n\
+        info = c.get_flight_info(fl.FlightDescriptor.for_command(sys.argv[2]))\n\
+        t = pa.concat_tables([c.do_get(e.ticket).read_all() for e in info.endpoints])\n\
+        col = t.column('image').combine_chunks()\n\
+        print(json.dumps({'type': str(col.type), 'shape': list(col.to_numpy_ndarray().shape)}))\n";
+    let out = Command::new(&python)
+        .args([
+            "-c",
+            script,
+            &format!("grpc://{addr}"),
+            r#"{"dataset": "pictures", "with_images": {"size": [16, 12]}}"#,
+        ])
+        .output()
+        .expect("run python");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(got["shape"], serde_json::json!([5, 12, 16, 3]), "{got}");
+    assert!(
+        got["type"]
+            .as_str()
+            .is_some_and(|t| t.contains("fixed_shape_tensor")),
+        "{got}"
+    );
 }

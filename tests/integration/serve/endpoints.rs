@@ -17,8 +17,8 @@ use udfchain::{Chain, File, Session, Settings};
 use udfchain_testkit::{S3Server, content, write_files};
 
 use super::{
-    Row, client, ids, info, items, partition, read_epoch, start, stats, stats_until, status_of,
-    ticket,
+    Row, client, ids, info, items, partition, pictures, read_epoch, start, stats, stats_until,
+    status_of, ticket,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -347,40 +347,8 @@ async fn with_bytes_serves_each_files_bytes_from_s3_once() {
 /// pixels of the image functions; a bad spec is `InvalidArgument`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_images_serves_decoded_resized_tensors() {
-    use udfchain::udfs::builtins::image::{
-        DecodeOptions, Filter, Format, Image, Mode, decode, encode, resize,
-    };
-    let dir = tempfile::tempdir().expect("dir");
-    let mut written = Vec::new();
-    for i in 0..5u32 {
-        let data: Vec<u8> = (0..40 * 30)
-            .flat_map(|p| {
-                [
-                    (p % 40 * 6 + i) as u8,
-                    (p / 40 * 8) as u8,
-                    (p * 7 % 256) as u8,
-                ]
-            })
-            .collect();
-        let png = encode(
-            Image::new(40, 30, Mode::Rgb, data).expect("image").view(),
-            Format::Png,
-            None,
-        )
-        .expect("png");
-        std::fs::write(dir.path().join(format!("{i}.png")), &png).expect("write");
-        written.push(png);
-    }
-    let root = tempfile::tempdir().expect("root");
-    let session = Session::with_settings(Settings::new().root(root.path()));
-    session
-        .from_storage(&dir.path().display().to_string())
-        .map("name", |f: File| async move {
-            Ok::<String, std::io::Error>(f.path)
-        })
-        .save("pictures")
-        .await
-        .expect("save");
+    use udfchain::udfs::builtins::image::{DecodeOptions, Filter, decode, resize};
+    let (_dir, _root, session, written) = pictures().await;
     let server = start(FlightServer::new(session)).await;
     let mut c = client(server.addr).await;
     let fi = info(

@@ -58,6 +58,51 @@ async fn items(n: i64, width: usize) -> (tempfile::TempDir, Arc<Session>) {
     (root, session)
 }
 
+/// Dataset `pictures` of five 40x30 PNGs (`0.png`..`4.png`, a `name`
+/// column with the path): the images' dir, the root, the session and each
+/// file's bytes by number.
+async fn pictures() -> (
+    tempfile::TempDir,
+    tempfile::TempDir,
+    Arc<Session>,
+    Vec<Vec<u8>>,
+) {
+    use udfchain::File;
+    use udfchain::udfs::builtins::image::{Format, Image, Mode, encode};
+    let dir = tempfile::tempdir().expect("dir");
+    let mut written = Vec::new();
+    for i in 0..5u32 {
+        let data: Vec<u8> = (0..40 * 30)
+            .flat_map(|p| {
+                [
+                    (p % 40 * 6 + i) as u8,
+                    (p / 40 * 8) as u8,
+                    (p * 7 % 256) as u8,
+                ]
+            })
+            .collect();
+        let png = encode(
+            Image::new(40, 30, Mode::Rgb, data).expect("image").view(),
+            Format::Png,
+            None,
+        )
+        .expect("png");
+        std::fs::write(dir.path().join(format!("{i}.png")), &png).expect("write");
+        written.push(png);
+    }
+    let root = tempfile::tempdir().expect("root");
+    let session = Session::with_settings(Settings::new().root(root.path()));
+    session
+        .from_storage(&dir.path().display().to_string())
+        .map("name", |f: File| async move {
+            Ok::<String, std::io::Error>(f.path)
+        })
+        .save("pictures")
+        .await
+        .expect("save");
+    (dir, root, session, written)
+}
+
 struct Running {
     addr: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
