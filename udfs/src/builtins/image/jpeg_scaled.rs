@@ -12,10 +12,10 @@
 //!   `jpeg_destroy_decompress` runs on every path (a guard). A panic that is
 //!   not libjpeg's continues unwinding. Built with `panic = "abort"`, nothing
 //!   can unwind, so [`decode_scaled`] declines (`None`: the full decoder).
-//! - Warnings are silent, except those that mean data is missing or damaged
-//!   (premature end of the file, a scan cut short by a marker, a bad Huffman
-//!   code): those are errors, as they are for the full decoder (zune-jpeg).
-//!   Others (such as extraneous bytes before a marker) do not fail the image.
+//! - Warnings (damaged entropy data, extraneous bytes before a marker) are
+//!   counted, never printed, and do not fail the image: libjpeg fills what
+//!   it could not decode, as zune-jpeg (the full decoder) does. A JPEG cut
+//!   short is refused before either decoder sees it (`decode.rs`).
 //! - Memory: libjpeg's memory manager is held to `budget`
 //!   (`max_memory_to_use`, which bounds the whole-image coefficient buffer
 //!   of a progressive JPEG), the output's `width * height * components` is
