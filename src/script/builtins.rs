@@ -131,9 +131,20 @@ impl Builtin {
             None if rest.is_empty() => Ok(self.clone()),
             None => plan(format!(
                 "{}; got {} arguments",
-                takes(&self.name),
+                self.takes(),
                 rest.len() + 1
             )),
+        }
+    }
+
+    /// What this built-in takes, for its plan errors: an image decoder also
+    /// takes a binary column.
+    fn takes(&self) -> String {
+        let name = &self.name;
+        if self.decode.is_some() {
+            format!("{name}() takes a File column or a binary column, e.g. {name}(file)")
+        } else {
+            format!("{name}() takes a File column, e.g. {name}(file)")
         }
     }
 
@@ -488,7 +499,7 @@ impl Rewriter {
             return Ok(Transformed::no(x));
         };
         let Some((first, rest)) = args.split_first() else {
-            return plan(format!("{}; got no argument", takes(&b.name)));
+            return plan(format!("{}; got no argument", b.takes()));
         };
         let mut b = b.for_args(rest, &self.settings)?;
         if matches!(first, Expr::OuterReferenceColumn(..)) {
@@ -502,7 +513,7 @@ impl Rewriter {
             Expr::Column(c) => c.clone(),
             other => match self.arg_column(other, inputs, b.takes_bytes())? {
                 Some(c) => c,
-                None => return plan(format!("{}; got {other}", takes(&b.name))),
+                None => return plan(format!("{}; got {other}", b.takes())),
             },
         };
         let out = self.node_for(&b, c, inputs)?;
@@ -623,7 +634,7 @@ impl Rewriter {
         let Some(i) = inputs.iter().position(|p| p.schema().has_column(&c)) else {
             return plan(format!(
                 "{}; column {c} is not an input of this query",
-                takes(name)
+                b.takes()
             ));
         };
         let schema = Arc::clone(inputs[i].schema());
@@ -662,7 +673,7 @@ impl Rewriter {
             .is_some_and(File::is_file_type)
             && !File::is_file_type(&arg_type)
         {
-            return plan(format!("{}; {c} is {arg_type}", takes(name)));
+            return plan(format!("{}; {c} is {arg_type}", b.takes()));
         }
         let mut s = self.settings.clone();
         if b.header_only {
@@ -734,15 +745,6 @@ fn subquery_calls(table: &[Builtin], sub: &Subquery) -> DfResult<bool> {
         })
     })?;
     Ok(found)
-}
-
-fn takes(name: &str) -> String {
-    match name {
-        "image_decode" | "image_thumbnail" => {
-            format!("{name}() takes a File column or a binary column, e.g. {name}(file)")
-        }
-        _ => format!("{name}() takes a File column, e.g. {name}(file)"),
-    }
 }
 
 /// The index of the input holding every column `e` reads.

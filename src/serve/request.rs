@@ -59,13 +59,9 @@ impl ImagesRequest {
             ));
         }
         let [width, height] = self.size.unwrap_or([224, 224]);
-        for (what, v) in [("width", width), ("height", height)] {
-            if v == 0 || v > MAX_SIDE {
-                return Err(RequestError(format!(
-                    "with_images size: {what} must be in 1..={MAX_SIDE}, got {v}"
-                )));
-            }
-        }
+        let max = MAX_SIDE as usize;
+        range("with_images size: width", width as usize, 1, max)?;
+        range("with_images size: height", height as usize, 1, max)?;
         let mode = Mode::parse(self.mode.as_deref().unwrap_or("RGB")).map_err(|_| {
             RequestError(format!(
                 "with_images mode must be \"L\", \"RGB\" or \"RGBA\", got {:?}",
